@@ -1,20 +1,11 @@
 """openrlhf-dppo: Dynamic Pruning Policy Optimization (DPPO) as an extension of OpenRLHF 0.11.2.
 
-Importing the package checks the OpenRLHF version (anything but 0.11.2 raises
-``OpenRLHFVersionError`` naming both versions; set ``OPENRLHF_DPPO_SKIP_VERSION_CHECK=1`` only to
-debug) and, where flash-attn is not installed (CPU machines), installs a pure-torch stand-in for the two
-flash-attn modules OpenRLHF imports (see ``openrlhf_dppo.compat.flash_attn_stub``). Neither step
-imports OpenRLHF, Ray, DeepSpeed or vLLM: ``openrlhf_dppo.core`` stays torch-only.
+Importing the package (or ``openrlhf_dppo.core``, ``openrlhf_dppo.report``) changes nothing and needs
+no OpenRLHF: the host is prepared (version guard + flash-attn stand-in, ``openrlhf_dppo._host.
+prepare_host``) where it is used -- by ``openrlhf_dppo.adapters`` and the training entry points.
 """
 
-import os as _os
-
-from openrlhf_dppo._host import REQUIRED_OPENRLHF, OpenRLHFVersionError, check_openrlhf_version
-from openrlhf_dppo.compat import flash_attn_stub as _flash_attn_stub
+from openrlhf_dppo._host import REQUIRED_OPENRLHF, OpenRLHFVersionError
 
 __version__ = "0.1.0"
 __all__ = ["REQUIRED_OPENRLHF", "OpenRLHFVersionError", "__version__"]
-
-if _os.environ.get("OPENRLHF_DPPO_SKIP_VERSION_CHECK") != "1":
-    check_openrlhf_version()
-_flash_attn_stub.install()

@@ -1,11 +1,16 @@
-"""The one OpenRLHF version this extension is written against, and the check that enforces it.
+"""The one OpenRLHF version this extension is written against, and how the host is prepared.
 
 The adapters subclass OpenRLHF classes and override single methods; a different OpenRLHF can change
-those methods' contracts silently, so any other version is refused at import time.
+those methods' contracts silently, so any other version is refused. ``prepare_host()`` runs that check
+and, where flash-attn is not installed (CPU machines), installs the pure-torch stand-in for the two
+flash-attn modules OpenRLHF imports (``openrlhf_dppo.compat.flash_attn_stub``). It is called by the code
+that uses the host -- ``openrlhf_dppo.adapters`` on import, the training entry points, the CPU layer --
+never by ``import openrlhf_dppo``. ``OPENRLHF_DPPO_SKIP_VERSION_CHECK=1`` skips the check (debugging only).
 """
 
 from __future__ import annotations
 
+import os
 from importlib import metadata
 
 REQUIRED_OPENRLHF = "0.11.2"
@@ -35,4 +40,18 @@ def check_openrlhf_version(installed: str | None = None) -> str:
             f"openrlhf-dppo requires OpenRLHF {REQUIRED_OPENRLHF}, but OpenRLHF {version} is installed. "
             f"Install the pinned version: pip install openrlhf=={REQUIRED_OPENRLHF}"
         )
+    return version
+
+
+def prepare_host() -> str | None:
+    """Check the OpenRLHF version and install the flash-attn stand-in when needed. Idempotent.
+
+    Returns the installed OpenRLHF version (None when the check is skipped by the environment).
+    """
+    from openrlhf_dppo.compat import flash_attn_stub
+
+    version = None
+    if os.environ.get("OPENRLHF_DPPO_SKIP_VERSION_CHECK") != "1":
+        version = check_openrlhf_version()
+    flash_attn_stub.install()
     return version

@@ -17,6 +17,11 @@ right before OpenRLHF's ``train(args)``.
 
 from __future__ import annotations
 
+from openrlhf_dppo._host import prepare_host
+
+# Every adapter module imports OpenRLHF: the version guard and the flash-attn stand-in come first.
+prepare_host()
+
 
 def install(cfg) -> dict:
     """Install the DPPO classes where OpenRLHF's ``train`` looks them up; returns what was replaced.

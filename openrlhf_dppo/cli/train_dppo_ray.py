@@ -319,6 +319,9 @@ def main(argv: Sequence[str] | None = None, train_fn: Callable | None = None):
     """
     if train_fn is None:  # a real run: the CPU layer (a no-op with CUDA) goes in before anything else
         _apply_cpu_compat()
+    from openrlhf_dppo._host import prepare_host
+
+    prepare_host()  # OpenRLHF 0.11.2 or a clear error; the flash-attn stand-in where flash-attn is missing
     argv = list(sys.argv[1:] if argv is None else argv)
     # `--config X.yaml` expands in place into the flags the YAML holds (openrlhf_dppo.config), so scripts,
     # Slurm and configs launch through the same parser.

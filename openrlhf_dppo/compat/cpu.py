@@ -515,7 +515,9 @@ WORKER_PATCHES = {
 
 def worker_setup() -> None:
     """Ray ``worker_process_setup_hook``: the patches every Ray worker process needs."""
-    import openrlhf_dppo  # noqa: F401  (the flash-attn stand-in, when flash-attn is missing)
+    from openrlhf_dppo._host import prepare_host
+
+    prepare_host()  # the flash-attn stand-in, when flash-attn is missing
 
     for name, fn in WORKER_PATCHES.items():
         if enabled(name):
@@ -551,7 +553,9 @@ def apply(
         raise ValueError(f"unknown CPU patch(es) {sorted(unknown)}; known: {', '.join(PATCHES)}")
     if cuda_available():
         return False
-    import openrlhf_dppo  # noqa: F401  (flash-attn stand-in + version guard)
+    from openrlhf_dppo._host import prepare_host
+
+    prepare_host()  # flash-attn stand-in + version guard
 
     off = sorted(n for n in PATCHES if not enabled(n, switches))
     if off:

@@ -26,12 +26,15 @@ def test_guard_accepts_the_pinned_version_only():
         check_openrlhf_version("0.11.1")
 
 
-def test_import_fails_clearly_with_another_installed_openrlhf(tmp_path):
+def test_preparing_the_host_fails_clearly_with_another_installed_openrlhf(tmp_path):
     # A dist-info earlier on sys.path is what importlib.metadata reports as "the installed version".
     dist = tmp_path / "openrlhf-0.10.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: openrlhf\nVersion: 0.10.0\n")
-    res = _run("import openrlhf_dppo", {"PYTHONPATH": os.pathsep.join([str(tmp_path), REPO])})
+    res = _run(
+        "from openrlhf_dppo._host import prepare_host; prepare_host()",
+        {"PYTHONPATH": os.pathsep.join([str(tmp_path), REPO])},
+    )
     assert res.returncode != 0
     assert "OpenRLHFVersionError" in res.stderr
     assert "requires OpenRLHF 0.11.2, but OpenRLHF 0.10.0 is installed" in res.stderr
@@ -55,7 +58,7 @@ HOST_MODULES = [
 
 
 def test_every_openrlhf_module_we_extend_imports_on_this_machine():
-    code = "import openrlhf_dppo, importlib\n" + "".join(
+    code = "import importlib, openrlhf_dppo._host as h; h.prepare_host()\n" + "".join(
         f"importlib.import_module({m!r})\n" for m in HOST_MODULES
     )
     res = _run(code + "print('ok')", {"DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")})
@@ -76,3 +79,33 @@ def test_core_imports_torch_only():
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip() == "", f"openrlhf_dppo.core pulled in: {res.stdout.strip()}"
     assert "torch" in _run("import sys, openrlhf_dppo.core; print(list(sys.modules))").stdout
+
+
+def test_importing_the_package_core_and_report_changes_nothing_and_needs_no_host():
+    # sys.path, PYTHONPATH and the loaded modules are the same before and after the imports, and no
+    # host module (nor the flash-attn stand-in) is loaded.
+    res = _run(
+        """
+        import os, sys
+        path, pp = list(sys.path), os.environ.get("PYTHONPATH")
+        import openrlhf_dppo, openrlhf_dppo.core, openrlhf_dppo.report
+        assert sys.path == path, "sys.path changed"
+        assert os.environ.get("PYTHONPATH") == pp, "PYTHONPATH changed"
+        heavy = sorted({m.split('.')[0] for m in sys.modules} & {
+            'ray', 'deepspeed', 'vllm', 'openrlhf', 'flash_attn'})
+        print(','.join(heavy))
+        """
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip() == "", f"imports pulled in: {res.stdout.strip()}"
+
+
+def test_the_version_guard_runs_where_the_host_is_used(tmp_path):
+    dist = tmp_path / "openrlhf-0.10.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: openrlhf\nVersion: 0.10.0\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), REPO])}
+    assert _run("import openrlhf_dppo", env).returncode == 0
+    res = _run("import openrlhf_dppo.adapters", env)
+    assert res.returncode != 0
+    assert "requires OpenRLHF 0.11.2, but OpenRLHF 0.10.0 is installed" in res.stderr
