@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import torch
 
-from openrlhf_dppo.adapters.run_dir import RunDir
 from openrlhf_dppo.cli.main import main
 from openrlhf_dppo.core.config import DPPOConfig
 from openrlhf_dppo.report import Settings, build_report, load_run
+from openrlhf_dppo.run_dir import RunDir
 
 
 def _args(out: str, packing: bool) -> SimpleNamespace:
