@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from openrlhf_dppo.report import RunDirError, Settings, build_report, load_run
+from openrlhf_dppo.report.run import run_names
 
 GLOB_CHARS = set("*?[")
 
@@ -102,17 +103,6 @@ def expand(pattern: str, flag: str) -> list[str]:
     if not found:
         raise ValueError(f"{flag} {pattern!r} matches no run directory")
     return found
-
-
-def run_names(paths: list[str]) -> list[str]:
-    """Directory names, lengthened with parent directories where two runs would share one."""
-    parts = [Path(p).resolve().parts for p in paths]
-    depth = 1
-    while True:
-        names = ["/".join(p[-depth:]) for p in parts]
-        if len(set(names)) == len(names) or depth >= max(len(p) for p in parts):
-            return names
-        depth += 1
 
 
 def collect(args) -> tuple[list[str], dict[str, str], str | None]:

@@ -308,6 +308,11 @@ def build_report(
         for s in arm.members:
             if reward_target is not None and s.reward_smoothed:
                 s.time_to_target = S.time_to_target(s.reward_times, s.reward_smoothed, reward_target)
+                if s.time_to_target is not None and s.time_to_target == s.reward_times[0]:
+                    warnings.append(
+                        f"{s.run.name} is at the target reward {reward_target:.4f} from its first step: its "
+                        "reward time to target is one step, not learning (raise --target-reward)"
+                    )
             warnings.extend(_run_warnings(s, settings))
         if arm.curve is not None and len(arm.seed_curves) < arm.n:
             warnings.append(

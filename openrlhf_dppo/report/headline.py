@@ -8,6 +8,8 @@ cannot make them (``report.curves``).
 
 from __future__ import annotations
 
+import math
+
 from openrlhf_dppo.report.arms import Arm, Comparison, Report
 
 
@@ -29,9 +31,13 @@ def _accuracy(c: Comparison) -> str:
     b, o = c.baseline, c.other
     text = f"final held-out accuracy {o.final.mean:.4f} vs {b.final.mean:.4f} ({c.final_delta:+.4f}, "
     text += _noise(c.final_within_spread, b, o, "final accuracy")
-    se = b.curve.se() if b.curve is not None else None
-    if se is not None:
-        text += f"; SE of one eval point {se:.4f}"
+    se_b, se_o = b.curve.se(), o.curve.se()
+    if se_b is not None:
+        text += f"; SE of one eval point {se_b:.4f}"
+    if c.final_within_spread is None and se_b is not None and se_o is not None:
+        # no seed spread: the eval noise is all we can compare the difference with
+        se = math.sqrt(se_b**2 + se_o**2)
+        text += f", the difference is {'within' if abs(c.final_delta) <= 2 * se else 'beyond'} twice its SE {se:.4f}"
     return text + ")"
 
 
@@ -64,7 +70,8 @@ def headline(report: Report) -> list[str]:
             if report.target is not None:
                 parts.append(_time_to_target(report, c) + ";")
         else:
-            parts.append("no held-out eval in both arms: time to accuracy not measured;")
+            missing = " and ".join(a.name for a in (c.other, c.baseline) if not a.seed_curves)
+            parts.append(f"no held-out eval in {missing}: time to accuracy not measured;")
         if c.step_speedup is not None:
             step = f"{c.step_speedup:.2f}x step-time speedup"
             if c.step_efficiency is not None:

@@ -19,7 +19,7 @@ from typing import Any
 from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.run_dir import EVAL_RESULTS, METRICS, RUN_CONFIG, STATUS, number
 
-__all__ = ["Run", "RunDirError", "load_run", "number", "series"]
+__all__ = ["Run", "RunDirError", "load_run", "number", "run_names", "series"]
 
 
 class RunDirError(Exception):
@@ -168,3 +168,14 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
         eval_results=eval_results,
         notes=notes,
     )
+
+
+def run_names(paths: list[str | Path]) -> list[str]:
+    """Directory names, lengthened with parent directories where two runs would share one."""
+    parts = [Path(p).resolve().parts for p in paths]
+    depth = 1
+    while True:
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names) or depth >= max(len(p) for p in parts):
+            return names
+        depth += 1
