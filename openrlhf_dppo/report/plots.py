@@ -66,11 +66,10 @@ def _heldout(report: Report) -> Figure | None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     by_step.xaxis.set_major_locator(MaxNLocator(integer=True))
-    w = report.settings.eval_window
-    by_time.set_title(
-        f"held-out accuracy vs training time (thin: seeds; bold: mean of running medians of {w})"
+    by_time.set_title("held-out accuracy vs training time (thin: seeds, bold: arm mean)")
+    by_step.set_title(
+        f"held-out accuracy vs step (bold: mean of running medians of {report.settings.eval_window})"
     )
-    by_step.set_title("held-out accuracy vs step")
     return fig
 
 

@@ -44,22 +44,23 @@ METHOD_NOTES = """\
 def render_terminal(report: Report, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     if console is None:
         console = Console()
         if not console.is_terminal:  # piped or captured: do not squeeze the wide tables into 80 columns
             console = Console(width=200)
-    for title, headers, rows in all_tables(report):
-        table = Table(title=title, title_justify="left", header_style="bold")
+    for title, headers, rows in all_tables(report):  # Text: "[2 of 3]" is ours, not rich markup
+        table = Table(title=Text(title), title_justify="left", header_style="bold")
         for i, header in enumerate(headers):
-            table.add_column(header, justify="left" if i == 0 else "right", overflow="fold")
+            table.add_column(Text(header), justify="left" if i == 0 else "right", overflow="fold")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(Text(cell) for cell in row))
         console.print(table)
     for warning in report.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        console.print(Text.assemble(("warning:", "yellow"), " " + warning))
     for line in headline(report):
-        console.print(f"[bold]{line}[/bold]", highlight=False)
+        console.print(Text(line, style="bold"))
 
 
 def _md_cell(text: str) -> str:

@@ -62,7 +62,11 @@ def heldout_table(report: Report) -> Table | None:
         c = _comparison(report, arm)
         ratio = NA
         if c is not None and c.ttt_ratio is not None:
-            ratio = f"{c.ttt_ratio:.2f} (seeds {fmt_spread(c.ttt_ratios, '.2f', counted=True)})"
+            ratio = f"{c.ttt_ratio:.2f}"
+            if c.ttt_ratios.k > 1:
+                ratio += f" (seeds {c.ttt_ratios.lo:.2f}–{c.ttt_ratios.hi:.2f})"
+            if c.ttt_ratios.k < c.ttt_ratios.n:
+                ratio += f" [{c.ttt_ratios.k} of {c.ttt_ratios.n}]"
         elif c is not None and arm.curve is not None and report.target is not None:
             ratio = "target not reached" if arm.ttt is None else NA
         ttt = fmt(arm.ttt, ".1f") if arm.curve is not None else NA
