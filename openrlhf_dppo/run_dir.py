@@ -43,6 +43,7 @@ TRAIN, EVAL = "train", "eval"
 KIND, STEP, TIME, WALL_TIME = "kind", "step", "time", "wall_time"
 
 # ---- timing: OpenRLHF's phase timers (their sum is the step) and the writer's time axis ------------
+TIMING_PREFIX = "timing/"  # OpenRLHF sums every timing/* key of a step into timing/step_total
 GENERATION = "timing/generation"
 MAKE_EXPERIENCE = "timing/make_experience"
 PPO_TRAIN = "timing/ppo_train"

@@ -30,7 +30,7 @@ SAMPLE_KEYS = R.SAMPLE_KEYS
 
 def phase_label(key: str) -> str:
     """Display name of a timing/* key (OpenRLHF's own names for the four phases, the key otherwise)."""
-    return PHASE_LABELS.get(key, key.removeprefix("timing/"))
+    return PHASE_LABELS.get(key, key.removeprefix(R.TIMING_PREFIX))
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,8 @@ def summarize(run: Run, settings: Settings) -> RunSummary:
     # medians and means skip the first `warmup` steps (all steps are kept when that would leave none)
     used = S.after_warmup(run.train, settings.warmup)
     phase_keys = list(PHASES) + sorted(
-        {k for row in run.train for k in row if k.startswith("timing/") and k != STEP_TOTAL} - set(PHASES)
+        {k for row in run.train for k in row if k.startswith(R.TIMING_PREFIX) and k != STEP_TOTAL}
+        - set(PHASES)
     )
     phases = {k: S.median_or_none(series(used, k)[1]) for k in phase_keys}
     step_time = S.median_or_none(series(used, STEP_TOTAL)[1])

@@ -3,6 +3,7 @@ terminal) and ``markdown`` (report.md) alike, so both always show the same numbe
 
 from __future__ import annotations
 
+from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.report.arms import Arm, Comparison, Report
 from openrlhf_dppo.report.curves import Spread
 from openrlhf_dppo.report.summary import RunSummary, eval_table, phase_label
@@ -131,13 +132,11 @@ def work_table(report: Report) -> Table:
     rows = []
     for s in report.summaries:
         cfg_q, cfg_o = s.configured_rates
-        samples = f"{_total(s, 'samples/trained')} / {_total(s, 'samples/generated')}"
+        samples = f"{_total(s, R.SAMPLES_TRAINED)} / {_total(s, R.SAMPLES_GENERATED)}"
         rows.append(
             [
                 s.run.name,
-                _total(s, "tokens/generated"),
-                _total(s, "tokens/trained"),
-                _total(s, "tokens/pruned"),
+                *(_total(s, key) for key in R.TOKEN_KEYS),
             ]
             + [samples, _rate(s.prompt_keep, cfg_q), _rate(s.completion_keep, cfg_o)]
             + [fmt(s.final_reward, ".4f"), s.reward_key if s.reward_raw else NA, _reward_ttt(report, s)]

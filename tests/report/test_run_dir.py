@@ -195,3 +195,16 @@ def test_no_other_module_opens_metrics_jsonl():
                 if node.value.endswith("metrics.jsonl"):
                     spelled.append(str(path.relative_to(REPO)))
     assert spelled == ["openrlhf_dppo/run_dir.py"]
+
+
+def test_the_dppo_key_names_match_the_core_ones():
+    """core/metrics.py (torch) names the dppo/* keys too, for the core; the report reads run_dir's names."""
+    from openrlhf_dppo.core import metrics as M
+
+    names = [
+        n
+        for n in dir(M)
+        if n.isupper() and isinstance(getattr(M, n), str) and getattr(M, n).startswith("dppo/")
+    ]
+    assert len(names) == 9
+    assert {n: getattr(M, n) for n in names} == {n: getattr(R, n) for n in names}
