@@ -123,15 +123,16 @@ def collect(args) -> tuple[list[str], dict[str, str], str | None]:
         for path in expand(pattern, f"--arm {name}="):
             add(path)
             arm_of[str(Path(path).resolve())] = name
-    if (
-        baseline is not None
-        and baseline not in arm_names
-        and (GLOB_CHARS & set(baseline) or Path(baseline).is_dir())
-    ):
-        found = expand(baseline, "--baseline")
+    if baseline is not None and baseline not in arm_names:
+        # a path or a glob of run directories; anything else names an arm or a run (checked later)
+        found = (
+            [baseline]
+            if Path(baseline).is_dir()
+            else sorted(p for p in glob.glob(baseline) if Path(p).is_dir())
+        )
         for path in found:
             add(path)
-        baseline = found[0]
+        baseline = found[0] if found else baseline
     for pattern in args.runs:
         for path in expand(pattern, "run"):
             add(path)

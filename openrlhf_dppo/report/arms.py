@@ -170,6 +170,8 @@ def choose_heldout(summaries: list[RunSummary], wanted: str | None) -> tuple[lis
     per_run = {s.run.name: set(s.run.eval_curves()) for s in summaries}
     evaluated = {n: d for n, d in per_run.items() if d}
     if not evaluated:
+        if wanted is not None:
+            raise ValueError(f"--heldout {wanted!r}: no run has in-training eval lines")
         return [], []
     common = sorted(set.intersection(*evaluated.values()))
     if wanted is not None:

@@ -214,6 +214,11 @@ def test_cli_arms_baseline_glob_and_report(seeds, tmp_path, capsys):
     assert "D (3 seeds) vs B (3 seeds)" in capsys.readouterr().out
     assert main(["compare", *map(str, dppo), "--baseline", str(grpo[0]), *map(str, grpo[1:])]) == 0
     assert "dppo_s* (3 seeds) vs grpo_s* (3 seeds)" in capsys.readouterr().out
+    # an arm named as compare names it (the glob matches nothing here: it is taken as a name)
+    assert main(["compare", *map(str, dppo + grpo), "--baseline", "grpo_s*"]) == 0
+    assert "dppo_s* (3 seeds) vs grpo_s* (3 seeds)" in capsys.readouterr().out
+    assert main(["compare", *map(str, dppo + grpo), "--heldout", "gsm8k"]) == 2
+    assert "--heldout 'gsm8k': not evaluated by dppo_s1, dppo_s2" in capsys.readouterr().err
     assert main(["compare", "--arm", "x", str(grpo[0])]) == 2
     assert "--arm expects NAME=GLOB, got 'x'" in capsys.readouterr().err
     assert main(["compare", str(root / "nothing_*")]) == 2
