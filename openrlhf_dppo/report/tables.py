@@ -47,12 +47,14 @@ def heldout_table(report: Report) -> Table | None:
         "arm",
         "seeds",
         "final held-out acc",
+        "vs baseline",
         "SE of one eval",
         "time to target (s)",
         "seeds' time to target (s)",
     ]
     headers += [
         "matched-accuracy ratio",
+        "ratio vs seed spread",
         "median step (s)",
         "step-time speedup",
         "start-up (s)",
@@ -74,9 +76,20 @@ def heldout_table(report: Report) -> Table | None:
         if arm.curve is not None and arm.ttt is None and report.target is not None:
             ttt = "not reached"
         se = arm.curve.se() if arm.curve is not None else None
+        delta, ttt_noise = "baseline", "baseline"
+        if c is not None:
+            delta = (
+                NA if c.final_delta is None else f"{c.final_delta:+.4f}, {_noise(c.final_within_spread, c)}"
+            )
+            ttt_noise = NA if c.ttt_ratio is None else _noise(c.ttt_within_spread, c)
         rows.append(
-            [arm.name, str(arm.n), fmt_spread(arm.final, ".4f"), fmt(se, ".4f")]
-            + [ttt, fmt_spread(arm.ttt_seeds, ".1f", counted=True), "baseline" if c is None else ratio]
+            [arm.name, str(arm.n), fmt_spread(arm.final, ".4f"), delta, fmt(se, ".4f")]
+            + [
+                ttt,
+                fmt_spread(arm.ttt_seeds, ".1f", counted=True),
+                "baseline" if c is None else ratio,
+                ttt_noise,
+            ]
             + [fmt_spread(arm.spread("step_time"), ".3f"), "baseline" if c is None else _speedup(c)]
             + [fmt_spread(arm.spread("startup"), ".1f"), fmt_spread(arm.spread("eval_time"), ".1f")]
         )
@@ -86,6 +99,12 @@ def heldout_table(report: Report) -> Table | None:
         f"{report.target_source}; mean ± sd (min–max) over seeds, [k of n] = seeds that reached it"
     )
     return title, headers, rows
+
+
+def _noise(within: bool | None, c: Comparison) -> str:
+    if within is None:
+        return "no spread (1 seed each)" if c.baseline.n == c.other.n == 1 else "no spread (too few seeds)"
+    return "within the seed spread" if within else "beyond the seed spread"
 
 
 def _speedup(c: Comparison) -> str:

@@ -126,7 +126,12 @@ def test_headline_states_the_noise_and_the_censored_seeds(seeds, tmp_path):
     # nothing pruned is logged by these runs: r_q = r_o = 0, ideal 1x
     assert line.endswith("1.71x step-time speedup (171% of the ideal 1.00x)")
     md = markdown(rep)
-    assert "| grpo_s* | 3 | 0.4583 ± 0.0722 (0.3750–0.5000) |" in md
+    assert "| grpo_s* | 3 | 0.4583 ± 0.0722 (0.3750–0.5000) | baseline | 0.0311 |" in md
+    # the table says it too: the accuracy difference is within the seed spread, the time difference not
+    assert (
+        "| dppo_s* | 3 | 0.5000 ± 0.0000 (0.5000–0.5000) | +0.0417, within the seed spread | 0.0312 |" in md
+    )
+    assert "| 0.39 (seeds 0.28–0.67) | beyond the seed spread |" in md
     assert "| 24.0 | 21.3 ± 0.0 (21.3–21.3) [2 of 3] | baseline |" in md  # the censored GRPO seed
 
 
