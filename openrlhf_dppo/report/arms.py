@@ -303,6 +303,7 @@ def build_report(
         for name, members in groups
     ]
     target, source, reward_target, reward_source = _targets(arm_list, settings)
+    at_once: list[str] = []  # runs at the reward target from their first step
     for arm in arm_list:
         if target is not None and arm.curve is not None:
             arm.ttt = arm.curve.time_to(target)
@@ -311,10 +312,7 @@ def build_report(
             if reward_target is not None and s.reward_smoothed:
                 s.time_to_target = S.time_to_target(s.reward_times, s.reward_smoothed, reward_target)
                 if s.time_to_target is not None and s.time_to_target == s.reward_times[0]:
-                    warnings.append(
-                        f"{s.run.name} is at the target reward {reward_target:.4f} from its first step: its "
-                        "reward time to target is one step, not learning (raise --target-reward)"
-                    )
+                    at_once.append(s.run.name)
             warnings.extend(_run_warnings(s, settings))
         if arm.curve is not None and len(arm.seed_curves) < arm.n:
             warnings.append(
@@ -333,6 +331,12 @@ def build_report(
                     f"arm {arm.name}: {s.run.name} differs from {arm.members[0].run.name} in "
                     + ", ".join(d.key for d in diffs)
                 )
+    if at_once:
+        who = at_once[0] + " is" if len(at_once) == 1 else ", ".join(at_once) + " are"
+        warnings.append(
+            f"{who} at the target reward {reward_target:.4f} from the first step: the reward time to target "
+            "is one step, not learning (raise --target-reward)"
+        )
     base = arm_list[0]
     if target is not None and base.ttt == 0.0:
         warnings.append(

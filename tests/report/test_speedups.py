@@ -74,12 +74,12 @@ def test_reward_time_to_target_with_explicit_target_and_default_window(grpo_dir,
     assert grpo.time_to_target == 23.0  # step 4: 1.0 / 4 = .25
     assert dppo.time_to_target == 8.0  # step 1: .25
     # DPPO starts at the target: warned (its time to target is one step), GRPO is not
-    assert [w.split(" ")[0] for w in rep.warnings if "from its first step" in w] == ["dppo"]
+    assert [w.split(" ")[0] for w in rep.warnings if "from the first step" in w] == ["dppo"]
     rep = _report(grpo_dir, dppo_dir, target_reward=0.0)
     assert (rep.summaries[0].time_to_target, rep.summaries[1].time_to_target) == (10.0, 8.0)
     assert (
-        "grpo is at the target reward 0.0000 from its first step: its reward time to target is one step, not "
-        "learning (raise --target-reward)" in rep.warnings
+        "grpo, dppo are at the target reward 0.0000 from the first step: the reward time to target is one step, "
+        "not learning (raise --target-reward)" in rep.warnings
     )
     # a target nobody reaches: not an error
     rep = _report(grpo_dir, dppo_dir, target_reward=0.9)
