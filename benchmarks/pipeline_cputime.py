@@ -24,6 +24,8 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from openrlhf_dppo import run_dir as R  # noqa: E402 - the one reader of metrics.jsonl and its keys
 
 
 def tree_cpu(root: psutil.Process, seen: dict[int, float]) -> float:
@@ -65,15 +67,14 @@ def table(runs: list[str], warmup: int) -> None:
     med = {}
     for run in runs:
         samples = json.loads((Path(run) / "cpu_samples.json").read_text())
-        rows = [json.loads(x) for x in open(Path(run) / "metrics.jsonl")]
-        rows = [r for r in rows if r.get("kind") == "train"][warmup:]
-        cpu = [cpu_at(samples, r["time"]) - cpu_at(samples, r["time"] - r["timing/step_total"]) for r in rows]
-        wall = [r["timing/step_total"] for r in rows]
+        rows = R.last_per_step(R.read_metrics(run), R.TRAIN)[warmup:]
+        cpu = [cpu_at(samples, r[R.TIME]) - cpu_at(samples, r[R.TIME] - r[R.STEP_TOTAL]) for r in rows]
+        wall = [r[R.STEP_TOTAL] for r in rows]
         med[run] = statistics.median(cpu)
         print(
             f"| {Path(run).name} | {len(rows)} | {statistics.median(wall):.2f} | {med[run]:.2f} | "
             f"{statistics.median(c / w for c, w in zip(cpu, wall)):.2f} | "
-            f"{statistics.median(r['tokens/trained'] for r in rows):.0f} |"
+            f"{statistics.median(r[R.TOKENS_TRAINED] for r in rows):.0f} |"
         )
     base = runs[0]
     for run in runs[1:]:

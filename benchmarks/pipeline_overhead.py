@@ -15,7 +15,6 @@ the first two). Wall times on the shared machine include preemption, so the CPU 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -27,6 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import core_overhead  # noqa: E402 - the step function of the core benchmark, reused at other shapes
 
+from openrlhf_dppo import run_dir as R  # noqa: E402 - the one reader of metrics.jsonl and its keys
 from openrlhf_dppo.core import PromptHistory  # noqa: E402
 
 
@@ -54,8 +54,8 @@ def main() -> None:
             cpu_totals.append(cpu)
             for k, v in step_times.items():
                 times.setdefault(k, []).extend(v)
-    rows = [json.loads(line) for line in open(Path(args.run) / "metrics.jsonl")]
-    steps = [r["timing/step_total"] for r in rows if r.get("kind") == "train"][2:]
+    rows = R.last_per_step(R.read_metrics(args.run), R.TRAIN)
+    steps = [r[R.STEP_TOTAL] for r in rows][2:]
     step_ms = statistics.median(steps) * 1e3
     print(f"| part | median ms | share of the median DPPO step ({step_ms / 1e3:.2f} s, {args.run}) |")
     print("|---|---|---|")

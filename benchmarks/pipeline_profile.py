@@ -21,6 +21,9 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from openrlhf_dppo.run_dir import read_metrics  # noqa: E402 - the one reader of metrics.jsonl
+
 NAMES = ("_DPPOTrainer", "_DPPOPolicyModelActor", "PPOTrainer", "PolicyModelActor", "EngineCore")
 
 
@@ -68,8 +71,7 @@ def main() -> None:
     args = ap.parse_args()
     run = str((ROOT / args.run).resolve())
     cli = find_cli(run)
-    metrics = Path(run) / "metrics.jsonl"
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= args.after_step):
+    while len(read_metrics(run)) < args.after_step:
         time.sleep(1)
     procs = actors(cli)
     print(f"profiling {procs} for {args.seconds} s")

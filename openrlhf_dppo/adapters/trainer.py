@@ -23,9 +23,9 @@ from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_dppo.adapters._ray import remote_like, swap_attr, unwrap_actor_class
 from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker, response_tokens
-from openrlhf_dppo.adapters.run_dir import RunDir
 from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator
 from openrlhf_dppo.core import DPPOConfig, PromptHistory
+from openrlhf_dppo.run_dir import RunDir
 
 logger = init_logger(__name__)
 DPPO_STATE = "dppo_state"
@@ -158,6 +158,7 @@ class _DPPOTrainer(_PPOTrainerBase):
 
     def init_checkpoint_states(self):
         states = super().init_checkpoint_states()
+        self.run_dir.resume(states["global_step"])  # one metrics line per step after a resume
         if self.dppo.enable and DPPO_STATE in states:
             self.load_dppo_state(states[DPPO_STATE])
         return states

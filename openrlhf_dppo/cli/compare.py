@@ -1,45 +1,93 @@
-"""`openrlhf-dppo compare RUN_A RUN_B [...]`: was DPPO faster than GRPO, and did it learn as well?
+"""`openrlhf-dppo compare`: does DPPO reach GRPO's held-out accuracy in less training time?
 
-Reads each run directory (run_config.json, metrics.jsonl, status.json, eval_results.json; see
-docs/DESIGN.md), prints the tables, and with ``--out DIR`` writes DIR/report.md and PNG plots.
-The first run is the baseline unless ``--baseline NAME`` names another. Exit status: 0 on success,
-2 when a run directory cannot be read or the arguments are inconsistent (the message says why).
+    openrlhf-dppo compare RUN_GRPO RUN_DPPO                      # one run per arm, the first the baseline
+    openrlhf-dppo compare --baseline 'runs/grpo_s*' 'runs/dppo_s*' [--out DIR]
+    openrlhf-dppo compare --arm grpo='runs/grpo_s*' --arm shrink='runs/shrink_s*' \
+        --arm refill='runs/refill_s*' --arm grpo+df='runs/df_s*' --baseline grpo --out DIR
+
+Reads each run directory (``openrlhf_dppo.run_dir``), groups the runs into arms (``--arm NAME=GLOB``,
+or by config: runs that differ only in their seeds are one arm), prints the tables and, with ``--out
+DIR``, writes DIR/report.md and PNG plots. Globs are expanded here too, so they may be quoted. Needs
+only the standard library, rich (tables) and matplotlib (plots): no torch, no OpenRLHF. Exit status: 0
+on success, 2 when a run directory cannot be read or the arguments are inconsistent (the message says why).
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import sys
 from pathlib import Path
 
 from openrlhf_dppo.report import RunDirError, Settings, build_report, load_run
+from openrlhf_dppo.report.run import run_names
+
+GLOB_CHARS = set("*?[")
 
 
 def build_parser(prog: str = "openrlhf-dppo compare") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Was DPPO faster than GRPO, and did it learn as well? Reads run directories and prints "
-        "step-time and time-to-target speedups, the ideal speedup from the pruning rates, and a "
-        "comparability check; --out also writes report.md with PNG plots.",
+        description="Does DPPO reach the baseline's held-out accuracy in less training time? Reads run "
+        "directories, groups them into arms (seeds of one configuration), and prints per arm the final "
+        "held-out accuracy, the training time to the target, the matched-accuracy ratio and the step-time "
+        "speedup with their spread over seeds; --out also writes report.md with PNG plots.",
     )
     parser.add_argument(
-        "runs", nargs="+", metavar="RUN_DIR", help="run directories; the first is the baseline"
+        "runs",
+        nargs="*",
+        metavar="RUN_DIR",
+        help="run directories or globs; without --baseline the first arm is the baseline",
     )
     parser.add_argument(
-        "--baseline", default=None, metavar="NAME", help="name (directory name) or path of the baseline run"
+        "--baseline",
+        default=None,
+        metavar="ARM|RUN|GLOB",
+        help="the baseline arm: an arm name, one of its runs, or a path / glob of its runs (added to the runs)",
+    )
+    parser.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        metavar="NAME=GLOB",
+        help="put the runs matching GLOB in the arm NAME (repeatable; runs not named are grouped by config)",
+    )
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        metavar="ACC",
+        help="held-out accuracy for the time to target (default: the baseline arm's final held-out accuracy)",
+    )
+    parser.add_argument(
+        "--heldout",
+        default=None,
+        metavar="DATASET",
+        help="eval dataset of the held-out curves (default: the shared one)",
+    )
+    parser.add_argument(
+        "--eval-window",
+        type=int,
+        default=3,
+        metavar="M",
+        help="running-median window over eval points, odd (default 3: one noisy eval cannot move the result)",
     )
     parser.add_argument(
         "--target-reward",
         type=float,
         default=None,
         metavar="R",
-        help="reward for the time-to-target speedup (default: the baseline's final smoothed reward)",
+        help="training reward for the reward time to target (default: the baseline's final smoothed reward)",
     )
     parser.add_argument(
         "--warmup", type=int, default=1, metavar="N", help="leading steps left out of the medians (default 1)"
     )
     parser.add_argument(
-        "--smooth", type=int, default=5, metavar="K", help="reward moving-average window in steps (default 5)"
+        "--smooth",
+        type=int,
+        default=5,
+        metavar="K",
+        help="training-reward moving-average window in steps (default 5)",
     )
     parser.add_argument(
         "--out", default=None, metavar="DIR", help="write report.md and PNG plots into this directory"
@@ -47,23 +95,73 @@ def build_parser(prog: str = "openrlhf-dppo compare") -> argparse.ArgumentParser
     return parser
 
 
-def run_names(paths: list[str]) -> list[str]:
-    """Directory names, lengthened with parent directories where two runs would share one."""
-    parts = [Path(p).resolve().parts for p in paths]
-    depth = 1
-    while True:
-        names = ["/".join(p[-depth:]) for p in parts]
-        if len(set(names)) == len(names) or depth >= max(len(p) for p in parts):
-            return names
-        depth += 1
+def expand(pattern: str, flag: str) -> list[str]:
+    """A glob -> the directories it matches (sorted; an error when none); a plain path -> itself."""
+    if not GLOB_CHARS & set(pattern):
+        return [pattern]
+    found = sorted(p for p in glob.glob(pattern) if Path(p).is_dir())
+    if not found:
+        raise ValueError(f"{flag} {pattern!r} matches no run directory")
+    return found
+
+
+def collect(args) -> tuple[list[str], dict[str, str], str | None]:
+    """(run directories in order, {path: arm name} from --arm, the baseline for build_report)."""
+    paths: list[str] = []
+    arm_of: dict[str, str] = {}
+
+    def add(path: str) -> None:
+        if all(Path(path).resolve() != Path(p).resolve() for p in paths):
+            paths.append(path)
+
+    baseline, arm_names = args.baseline, []
+    for spec in args.arm:
+        name, sep, pattern = spec.partition("=")
+        if not sep or not name or not pattern:
+            raise ValueError(f"--arm expects NAME=GLOB, got {spec!r}")
+        arm_names.append(name)
+        for path in expand(pattern, f"--arm {name}="):
+            add(path)
+            arm_of[str(Path(path).resolve())] = name
+    if baseline is not None and baseline not in arm_names:
+        # a path or a glob of run directories; anything else names an arm or a run (checked later)
+        found = (
+            [baseline]
+            if Path(baseline).is_dir()
+            else sorted(p for p in glob.glob(baseline) if Path(p).is_dir())
+        )
+        for path in found:
+            add(path)
+        baseline = found[0] if found else baseline
+    for pattern in args.runs:
+        for path in expand(pattern, "run"):
+            add(path)
+    if not paths:
+        raise ValueError("no run directories given")
+    return paths, arm_of, baseline
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_intermixed_args(argv)  # runs may come after the options
     try:
-        settings = Settings(warmup=args.warmup, smooth=args.smooth, target_reward=args.target_reward)
-        runs = [load_run(path, name) for path, name in zip(args.runs, run_names(args.runs))]
-        report = build_report(runs, settings, baseline=args.baseline)
+        settings = Settings(
+            warmup=args.warmup,
+            smooth=args.smooth,
+            target_reward=args.target_reward,
+            target=args.target,
+            eval_window=args.eval_window,
+            heldout=args.heldout,
+        )
+        paths, arm_of, baseline = collect(args)
+        runs = [load_run(path, name) for path, name in zip(paths, run_names(paths))]
+        arms = {
+            run.name: arm_of[str(Path(run.path).resolve())]
+            for run in runs
+            if str(Path(run.path).resolve()) in arm_of
+        }
+        if baseline is not None and baseline in paths:
+            baseline = runs[paths.index(baseline)].name
+        report = build_report(runs, settings, baseline=baseline, arms=arms)
     except (RunDirError, ValueError) as err:
         print(f"openrlhf-dppo compare: error: {err}", file=sys.stderr)
         return 2

@@ -33,6 +33,7 @@ from pathlib import Path
 import submitit
 
 from openrlhf_dppo.launch.ray_cluster import Rendezvous, free_port, run_head, run_worker, terminate_group
+from openrlhf_dppo.run_dir import read_metrics  # the one reader of metrics.jsonl (job_summary, tests)
 
 DEFAULT_ENTRY = "openrlhf_dppo.cli.train_dppo_ray"
 DEFAULT_SAVE_STEPS = 10
@@ -307,21 +308,6 @@ class RayJob(submitit.helpers.Checkpointable):
 def _slurm_cpus_on_node() -> int | None:
     value = os.environ.get("SLURM_CPUS_ON_NODE")
     return int(value) if value and value.isdigit() else None
-
-
-def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    lines = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line:
-            try:
-                lines.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut short by a kill
-                continue
-    return lines
 
 
 def job_summary(run_dir: str | os.PathLike, *, job_id: str, restarts: int) -> dict:

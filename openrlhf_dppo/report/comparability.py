@@ -76,8 +76,13 @@ def _category(key: str, dppo_vs_grpo: bool) -> str:
     return "other OpenRLHF args"
 
 
+def is_run_specific(key: str) -> bool:
+    """Keys that differ between any two runs (output directories, logger names), DPPO's included."""
+    return key in IGNORED_KEYS or key.startswith("logger.") or key.endswith("run_dir")
+
+
 def _ignored(key: str) -> bool:
-    return key in IGNORED_KEYS or key.startswith(IGNORED_PREFIXES) or key.endswith("run_dir")
+    return is_run_specific(key) or key.startswith(IGNORED_PREFIXES)
 
 
 def config_differences(baseline: dict[str, Any], other: dict[str, Any]) -> list[Difference]:

@@ -14,12 +14,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from openrlhf_dppo.report.summary import TOKEN_KEYS, Report, RunSummary, eval_table, phase_label
+from openrlhf_dppo import run_dir as R
+from openrlhf_dppo.report.arms import Report
+from openrlhf_dppo.report.summary import TOKEN_KEYS, RunSummary, eval_table, phase_label
 
 AXES_KEY = "openrlhf_dppo.axes"
-KEEP_KEYS = ("dppo/prompt_keep_frac", "dppo/completion_keep_frac")
-WEIGHT_KEYS = ("dppo/weight_mean", "dppo/weight_max", "dppo/weight_ess")
-PACK_KEYS = ("dppo/pack_density", "dppo/pack_micro_batches", "dppo/pack_lower_bound")
+KEEP_KEYS = (R.PROMPT_KEEP_FRAC, R.COMPLETION_KEEP_FRAC)
+WEIGHT_KEYS = (R.WEIGHT_MEAN, R.WEIGHT_MAX, R.WEIGHT_ESS)
+PACK_KEYS = (R.PACK_DENSITY, R.PACK_MICRO_BATCHES, R.PACK_LOWER_BOUND)
 
 
 def _figure(n_axes: int, width: float = 6.0) -> tuple[Figure, list]:
@@ -32,30 +34,68 @@ def _color(i: int) -> str:
     return f"C{i % 10}"
 
 
+def _arm_colors(report: Report) -> dict[str, str]:
+    """A colour per arm, shared by its seeds and kept across figures."""
+    return {arm.name: _color(i) for i, arm in enumerate(report.arms)}
+
+
+def _heldout(report: Report) -> Figure | None:
+    """Held-out accuracy against training time and step: each seed thin (its measured points), the
+    arm's mean smoothed curve bold, the target dashed, the arm's time to target dotted."""
+    if not any(arm.curve for arm in report.arms):
+        return None
+    fig, (by_time, by_step) = _figure(2)
+    colors = _arm_colors(report)
+    for arm in report.arms:
+        color = colors[arm.name]
+        for s in arm.members:
+            if s.heldout is not None:
+                by_time.plot(s.heldout.times, s.heldout.raw, color=color, alpha=0.35, lw=0.8, marker=".")
+                by_step.plot(s.heldout.steps, s.heldout.raw, color=color, alpha=0.35, lw=0.8, marker=".")
+        if arm.curve is not None:
+            label = f"{arm.name} (mean of {len(arm.seed_curves)})"
+            by_time.plot(arm.curve.times, arm.curve.smoothed, color=color, lw=2.5, label=label)
+            by_step.plot(arm.curve.steps, arm.curve.smoothed, color=color, lw=2.5, label=label)
+        if arm.ttt is not None:
+            by_time.axvline(arm.ttt, color=color, ls=":", lw=1)
+    for ax, xlabel in ((by_time, "training time (s, start-up and eval excluded)"), (by_step, "step")):
+        if report.target is not None:
+            ax.axhline(report.target, color="grey", ls="--", lw=1, label="target")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"held-out pass@1 ({report.heldout})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    by_step.xaxis.set_major_locator(MaxNLocator(integer=True))
+    by_time.set_title("held-out accuracy vs training time (thin: seeds, bold: arm mean)")
+    by_step.set_title(
+        f"held-out accuracy vs step (bold: mean of running medians of {report.settings.eval_window})"
+    )
+    return fig
+
+
 def _reward(report: Report) -> Figure | None:
     if not any(s.reward_raw for s in report.summaries):
         return None
     fig, (by_time, by_step) = _figure(2)
+    colors = _arm_colors(report)
     k = report.settings.smooth
-    for i, s in enumerate(report.summaries):
-        name = s.run.name
-        by_time.plot(s.reward_times, s.reward_raw, color=_color(i), alpha=0.25, lw=1)
-        by_time.plot(s.reward_times, s.reward_smoothed, color=_color(i), lw=2, label=name)
-        by_step.plot(s.reward_steps, s.reward_raw, color=_color(i), alpha=0.25, lw=1)
-        by_step.plot(s.reward_steps, s.reward_smoothed, color=_color(i), lw=2, label=name)
-        if s.time_to_target is not None:
-            by_time.axvline(s.time_to_target, color=_color(i), ls=":", lw=1)
-    for ax, xlabel in ((by_time, "wall time (s)"), (by_step, "step")):
-        if report.target is not None:
-            ax.axhline(report.target, color="grey", ls="--", lw=1, label="target")
+    for s in report.summaries:
+        color, label = colors[s.arm], s.run.name
+        by_time.plot(s.reward_times, s.reward_raw, color=color, alpha=0.2, lw=1)
+        by_time.plot(s.reward_times, s.reward_smoothed, color=color, lw=1.5, label=label)
+        by_step.plot(s.reward_steps, s.reward_raw, color=color, alpha=0.2, lw=1)
+        by_step.plot(s.reward_steps, s.reward_smoothed, color=color, lw=1.5, label=label)
+    keys = sorted({s.reward_key for s in report.summaries if s.reward_raw})
+    for ax, xlabel in ((by_time, "training time (s)"), (by_step, "step")):
+        if report.reward_target is not None:
+            ax.axhline(report.reward_target, color="grey", ls="--", lw=1, label="target")
         ax.set_xlabel(xlabel)
-        if xlabel == "step":
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel(f"reward (faint: raw, bold: mean of last {k})")
+        ax.set_ylabel(f"{' / '.join(keys)} (faint: per step, solid: mean of last {k})")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    by_time.set_title("reward vs wall time (dotted: time to target)")
-    by_step.set_title("reward vs step")
+        ax.legend(fontsize=7)
+    by_step.xaxis.set_major_locator(MaxNLocator(integer=True))
+    by_time.set_title("training reward vs training time")
+    by_step.set_title("training reward vs step")
     return fig
 
 
@@ -139,7 +179,7 @@ def _packing(report: Report) -> Figure | None:
 
 
 def _eval(report: Report) -> Figure | None:
-    benches, table = eval_table(report)
+    benches, table = eval_table(report.summaries)
     if not table:
         return None
     fig, (ax,) = _figure(1, width=max(6.0, 1.2 * len(benches) + 3))
@@ -156,34 +196,14 @@ def _eval(report: Report) -> Figure | None:
     return fig
 
 
-def _eval_curves(report: Report) -> Figure | None:
-    runs = [(i, s, s.run.eval_curves()) for i, s in enumerate(report.summaries)]
-    if not any(curves for _, _, curves in runs):
-        return None
-    fig, (ax,) = _figure(1, width=7.0)
-    styles = ["-", "--", ":", "-."]
-    for i, s, curves in runs:
-        for j, (bench, (steps, values)) in enumerate(curves.items()):
-            ax.plot(
-                steps, values, ls=styles[j % 4], marker=".", color=_color(i), label=f"{s.run.name}: {bench}"
-            )
-    ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("pass@1")
-    ax.set_title("in-training evaluation")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return fig
-
-
 BUILDERS = {
+    "heldout": _heldout,
     "reward": _reward,
     "phase_times": _phase_times,
     "tokens": _tokens,
     "pruning": _pruning,
     "packing": _packing,
     "eval": _eval,
-    "eval_curves": _eval_curves,
 }
 
 

@@ -4,49 +4,63 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from openrlhf_dppo.report.summary import Report
-from openrlhf_dppo.report.tables import all_tables, headline
+from openrlhf_dppo.report.arms import Report
+from openrlhf_dppo.report.headline import headline
+from openrlhf_dppo.report.tables import all_tables
 
 METHOD_NOTES = """\
 ## How the numbers are computed
-- **Phases** are OpenRLHF's own timers: generation = `timing/generation` (rollout), experience =
-  `timing/make_experience` (rewards, reference and old log-probs), training = `timing/ppo_train`,
-  weight sync = `timing/broadcast`; a step is `timing/step_total`, their sum.
-- **Step-time speedup** = median `timing/step_total` of the baseline / median of the run, over the
-  steps after the first {warmup} warm-up step(s) of each run.
-- **Time-to-target speedup** (the paper-style training speedup) = t\\*(baseline) / t\\*(run), where
-  t\\* is the `wall_time` of the first step whose smoothed reward reaches the target (seconds since
-  the run started, start-up included: see the start-up column). Smoothed reward:
-  trailing mean of `rollout/reward_mean` over the last {smooth} logged steps (fewer at the start).
-  Target: {target} ({target_source}).
+- **Arms** are configurations; their runs are the seeds. Runs are grouped by their run_config.json
+  (equal but for `train.seed` / `dppo.seed` and per-run paths) or named with `--arm NAME=GLOB`.
+  Every number per arm is the mean over its seeds, with the spread: ± sample standard deviation and
+  (min–max). A difference between two arms no larger than the larger of their standard deviations is
+  called "within the seed spread"; with one seed per arm no spread is available.
+- **Training time** is the time axis: `time/train_s`, the sum of `timing/step_total` from the first
+  step on (older runs: the cumulative `timing/step_total`). Start-up (`time/startup_s`, process start
+  to the first step) and evaluation (`timing/eval`) are reported on their own and are in no time axis,
+  so a start-up difference cannot make a speedup.
+- **Held-out accuracy** is `eval_<dataset>_pass1` ({heldout}) on the eval prompts. Each run's curve is
+  replaced by its running median over {window} neighbouring eval points (window moved inwards at the
+  ends): a single noisy evaluation can neither lift the curve over the target nor set the final value.
+  **Final accuracy** = the smoothed value at the last eval point. The SE of one eval point is
+  sqrt(p (1 - p) / n), n = eval prompts x samples (per prompt at temperature 0).
+- **Time to target** = the first training time at which the smoothed curve reaches the target,
+  interpolated linearly between eval points; per arm on the mean curve over seeds (mean accuracy and
+  mean training time at each eval step all seeds share); a seed that never reaches it is counted
+  ("k of n"), never dropped. Target: {target} ({target_source}).
+- **Matched-accuracy ratio** = an arm's training time to the target / the baseline's (below 1: faster).
+- **Step-time speedup** = mean over the baseline's seeds of the median `timing/step_total` / the same
+  for the arm (medians over the steps after the first {warmup} warm-up step(s)).
 - **Ideal speedup** = 1 / ((1 - r_q)(f + (1 - f)(1 - r_o))), the limit of pruning alone
   (METHOD.md "Ideal speedup"; packing gains come on top). f = median `timing/generation` / median
   `timing/step_total` of the baseline; r_q = 1 - mean `dppo/prompt_keep_frac`, r_o = 1 - mean
-  `dppo/completion_keep_frac` of the run after warm-up (configured rates shown as `cfg`). The ideal
-  bounds the step time; a time-to-target speedup can exceed it when pruning also changes how much is
-  learned per step.
+  `dppo/completion_keep_frac` of the arm after warm-up (configured rates shown as `cfg`).
+- **Training reward**: `rollout/reward_ht` where logged (the Horvitz-Thompson estimate of the drawn
+  batch's mean reward; GRPO's equals its `rollout/reward_mean`), else `rollout/reward_mean`; trailing
+  mean over {smooth} steps. It is no held-out measure: the headline does not use it.
 """
 
 
 def render_terminal(report: Report, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     if console is None:
         console = Console()
         if not console.is_terminal:  # piped or captured: do not squeeze the wide tables into 80 columns
             console = Console(width=200)
-    for title, headers, rows in all_tables(report):
-        table = Table(title=title, title_justify="left", header_style="bold")
+    for title, headers, rows in all_tables(report):  # Text: "[2 of 3]" is ours, not rich markup
+        table = Table(title=Text(title), title_justify="left", header_style="bold")
         for i, header in enumerate(headers):
-            table.add_column(header, justify="left" if i == 0 else "right", overflow="fold")
+            table.add_column(Text(header), justify="left" if i == 0 else "right", overflow="fold")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(Text(cell) for cell in row))
         console.print(table)
     for warning in report.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        console.print(Text.assemble(("warning:", "yellow"), " " + warning))
     for line in headline(report):
-        console.print(f"[bold]{line}[/bold]", highlight=False)
+        console.print(Text(line, style="bold"))
 
 
 def _md_cell(text: str) -> str:
@@ -55,8 +69,10 @@ def _md_cell(text: str) -> str:
 
 def markdown(report: Report, plots: dict[str, Path] | None = None) -> str:
     lines = ["# openrlhf-dppo compare", ""]
-    lines.append("Runs: " + ", ".join(f"`{s.run.name}` ({s.run.path})" for s in report.summaries))
-    lines += [f"Baseline: `{report.baseline.run.name}`.", ""]
+    for arm in report.arms:
+        runs = ", ".join(f"`{s.run.name}` ({s.run.path})" for s in arm.members)
+        lines.append(f"- arm `{arm.name}`{' (baseline)' if arm is report.baseline else ''}: {runs}")
+    lines.append("")
     summary = headline(report)
     if summary:
         lines += ["## Summary", ""] + [f"- {_md_cell(line)}" for line in summary] + [""]
@@ -68,18 +84,19 @@ def markdown(report: Report, plots: dict[str, Path] | None = None) -> str:
         lines += ["| " + " | ".join(_md_cell(cell) for cell in row) + " |" for row in rows] + [""]
     for c in report.comparisons:
         if c.differences:
-            lines += [f"### Config differences: `{c.other.run.name}` vs `{report.baseline.run.name}`", ""]
-            lines += ["| category | key | baseline | run |", "|---|---|---|---|"]
+            lines += [f"### Config differences: `{c.other.name}` vs `{report.baseline.name}`", ""]
+            lines += ["| category | key | baseline | arm |", "|---|---|---|---|"]
             lines += [
                 f"| {d.category} | `{d.key}` | {_md_cell(repr(d.baseline))} | {_md_cell(repr(d.other))} |"
                 for d in c.differences
             ] + [""]
-    target = "—" if report.target is None else f"{report.target:.4f}"
     lines.append(
         METHOD_NOTES.format(
             warmup=report.settings.warmup,
             smooth=report.settings.smooth,
-            target=target,
+            window=report.settings.eval_window,
+            heldout=report.heldout or "none here",
+            target="—" if report.target is None else f"{report.target:.4f}",
             target_source=report.target_source,
         )
     )

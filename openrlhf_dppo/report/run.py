@@ -1,25 +1,25 @@
-"""Reading one run directory (the trainer's output, see docs/DESIGN.md "Run directory").
+"""Reading one run directory (the trainer's output; file names and keys in ``openrlhf_dppo.run_dir``).
 
 ``load_run(path)`` returns a :class:`Run` with the parsed config, the training and eval metric lines
-(sorted by step), the status and the evaluation results. It is strict about what it cannot do without
-(the directory, ``run_config.json``, and ``metrics.jsonl`` unless status.json says the run is running:
-a clear :class:`RunDirError` naming the missing file) and lenient about what a run still in progress may
-lack (``metrics.jsonl`` before its first step, ``status.json``, a half-written last line of
-``metrics.jsonl``; ``eval_results.json`` is optional for every run). Only the standard library is used: no torch, no host.
+(one per step, sorted by step), the status and the evaluation results. It is strict about what it cannot
+do without (the directory, ``run_config.json``, and ``metrics.jsonl`` unless status.json says the run is
+running: a clear :class:`RunDirError` naming the missing file) and lenient about what a run still in
+progress may lack (``metrics.jsonl`` before its first step, ``status.json``; ``eval_results.json`` is
+optional for every run). Lines of ``metrics.jsonl`` are read by ``run_dir.read_metrics``, the reader every
+consumer uses: a half-written last line is skipped and named in ``Run.notes``. Standard library only.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-RUN_CONFIG = "run_config.json"
-METRICS = "metrics.jsonl"
-STATUS = "status.json"
-EVAL_RESULTS = "eval_results.json"
+from openrlhf_dppo import run_dir as R
+from openrlhf_dppo.run_dir import EVAL_RESULTS, METRICS, RUN_CONFIG, STATUS, number
+
+__all__ = ["Run", "RunDirError", "load_run", "number", "run_names", "series"]
 
 
 class RunDirError(Exception):
@@ -30,8 +30,8 @@ class RunDirError(Exception):
 class Run:
     """One run directory, parsed.
 
-    ``state`` is "finished", "failed" or "running" (from status.json; a run with metrics but no
-    status.json is taken as running). ``train``/``evals`` are the metric lines with kind=train /
+    ``state`` is status.json's "running", "finished", "failed", "cancelled" or "requeued" (a run with
+    metrics but no status.json is taken as running; running and requeued runs are in progress). ``train``/``evals`` are the metric lines with kind=train /
     kind=eval, sorted by step; a line repeated for the same step (a resumed run) keeps the last one.
     ``notes`` collects what was tolerated while reading (skipped partial line, duplicate steps).
     """
@@ -53,7 +53,7 @@ class Run:
 
     @property
     def in_progress(self) -> bool:
-        return self.state == "running"
+        return self.state in ("running", "requeued")
 
     @property
     def algo(self) -> str:
@@ -72,9 +72,10 @@ class Run:
         curves: dict[str, tuple[list[int], list[float]]] = {}
         for row in self.evals:
             for key, value in row.items():
-                if key.startswith("eval_") and key.endswith("_pass1") and isinstance(value, (int, float)):
-                    steps, values = curves.setdefault(key[len("eval_") : -len("_pass1")], ([], []))
-                    steps.append(int(row["step"]))
+                dataset = R.pass1_dataset(key)
+                if dataset is not None and number(value) is not None:
+                    steps, values = curves.setdefault(dataset, ([], []))
+                    steps.append(int(row[R.STEP]))
                     values.append(float(value))
         return dict(sorted(curves.items()))
 
@@ -82,18 +83,12 @@ class Run:
         return any(key in row for row in self.train)
 
     def describe_state(self) -> str:
-        if self.state != "running":
+        if not self.in_progress:
             return self.state
         done = self.train[-1]["step"] if self.train else 0
         total = (self.status or {}).get("max_steps")
-        return f"in progress (step {done}/{total})" if total else f"in progress (step {done})"
-
-
-def number(value: Any) -> float | None:
-    """A finite int or float as float; None for anything else (bools, strings such as "nan", lists)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+        what = "in progress" if self.state == "running" else "requeued"
+        return f"{what} (step {done}/{total})" if total else f"{what} (step {done})"
 
 
 def series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
@@ -118,28 +113,20 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _read_metrics(path: Path, notes: list[str]) -> tuple[list[dict], list[dict]]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    by_kind: dict[str, dict[int, dict]] = {"train": {}, "eval": {}}
-    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
-    for i, line in enumerate(lines):
-        if not line.strip():
+    """(train lines, eval lines), one per step (the last), sorted by step."""
+    rows = R.read_metrics(path.parent, notes)
+    counts: dict[tuple[str, int], int] = {}
+    for row in rows:
+        if row.get(R.KIND) not in (R.TRAIN, R.EVAL):
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            if i == last:  # the trainer may be writing this line right now
-                notes.append(f"{path.name}: skipped a partial last line ({i + 1})")
-                continue
-            raise RunDirError(f"{path}: line {i + 1} is not valid JSON ({err})") from err
-        if not isinstance(row, dict) or row.get("kind") not in by_kind:
-            continue
-        if not isinstance(row.get("step"), int):
-            raise RunDirError(f"{path}: line {i + 1} has kind={row['kind']} but no integer 'step'")
-        table = by_kind[row["kind"]]
-        if row["step"] in table:
-            notes.append(f"{path.name}: step {row['step']} ({row['kind']}) logged twice, kept the last")
-        table[row["step"]] = row
-    return tuple(sorted(t.values(), key=lambda r: r["step"]) for t in (by_kind["train"], by_kind["eval"]))
+        step = row.get(R.STEP)
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise RunDirError(f"{path}: a line with kind={row[R.KIND]} has step={step!r}, not an integer")
+        counts[row[R.KIND], step] = counts.get((row[R.KIND], step), 0) + 1
+    for (kind, step), n in sorted(counts.items()):
+        if n > 1:
+            notes.append(f"{path.name}: step {step} ({kind}) logged {n} times, kept the last")
+    return R.last_per_step(rows, R.TRAIN), R.last_per_step(rows, R.EVAL)
 
 
 def load_run(path: str | Path, name: str | None = None) -> Run:
@@ -158,7 +145,7 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
     status = _read_json(run_dir / STATUS) if (run_dir / STATUS).is_file() else None
     if (run_dir / METRICS).is_file():
         train, evals = _read_metrics(run_dir / METRICS, notes)
-    elif status is not None and status.get("state", "running") == "running":
+    elif status is not None and status.get("state", "running") in ("running", "requeued"):
         train, evals = [], []  # started, first step not logged yet
         notes.append(f"no {METRICS} yet")
     else:
@@ -181,3 +168,14 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
         eval_results=eval_results,
         notes=notes,
     )
+
+
+def run_names(paths: list[str | Path]) -> list[str]:
+    """Directory names, lengthened with parent directories where two runs would share one."""
+    parts = [Path(p).resolve().parts for p in paths]
+    depth = 1
+    while True:
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names) or depth >= max(len(p) for p in parts):
+            return names
+        depth += 1

@@ -1,46 +1,56 @@
-"""From parsed runs to the numbers of the report: one :class:`RunSummary` per run, one
-:class:`Comparison` per run against the baseline (see ``speedup`` for the definitions)."""
+"""One run's numbers for the compare report: a :class:`RunSummary` per run directory.
+
+The time axis is training time (METHOD.md "Measuring the promise"): ``time/train_s``, the sum of the
+step times from the first step on, written by the run directory's writer; runs written before it
+existed fall back to the cumulative sum of ``timing/step_total``. Start-up (``time/startup_s``) and
+evaluation (``timing/eval``) are reported on their own and are in no time axis.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import accumulate
 
+from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.report import speedup as S
-from openrlhf_dppo.report.comparability import Difference, config_differences
+from openrlhf_dppo.report.curves import Curve, running_median
 from openrlhf_dppo.report.run import Run, number, series
 
-STEP_TOTAL = "timing/step_total"
-PHASES = ("timing/generation", "timing/make_experience", "timing/ppo_train", "timing/broadcast")
+STEP_TOTAL = R.STEP_TOTAL
+PHASES = R.PHASES
 PHASE_LABELS = {
-    "timing/generation": "generation",
-    "timing/make_experience": "experience",
-    "timing/ppo_train": "training",
-    "timing/broadcast": "weight sync",
+    R.GENERATION: "generation",
+    R.MAKE_EXPERIENCE: "experience",
+    R.PPO_TRAIN: "training",
+    R.BROADCAST: "weight sync",
 }
-
-
-REWARD = "rollout/reward_mean"
-TOKEN_KEYS = ("tokens/generated", "tokens/trained", "tokens/pruned")
-SAMPLE_KEYS = ("samples/generated", "samples/trained", "samples/pruned")
+TOKEN_KEYS = R.TOKEN_KEYS
+SAMPLE_KEYS = R.SAMPLE_KEYS
 
 
 def phase_label(key: str) -> str:
     """Display name of a timing/* key (OpenRLHF's own names for the four phases, the key otherwise)."""
-    return PHASE_LABELS.get(key, key.removeprefix("timing/"))
+    return PHASE_LABELS.get(key, key.removeprefix(R.TIMING_PREFIX))
 
 
 @dataclass(frozen=True)
 class Settings:
     warmup: int = 1  # leading steps left out of every median and mean
-    smooth: int = 5  # k of the trailing moving average of the reward
-    target_reward: float | None = None  # None: the baseline's final smoothed reward
+    smooth: int = 5  # k of the trailing moving average of the training reward
+    target_reward: float | None = None  # None: the baseline's final smoothed training reward
+    target: float | None = None  # held-out accuracy target; None: the baseline arm's final accuracy
+    eval_window: int = 3  # running-median window over eval points (report.curves)
+    heldout: str | None = None  # eval dataset; None: the one all runs share, or the mean of several
 
     def __post_init__(self):
         if self.warmup < 0:
             raise ValueError(f"--warmup must be >= 0, got {self.warmup}")
         if self.smooth < 1:
             raise ValueError(f"--smooth must be >= 1, got {self.smooth}")
+        if self.eval_window < 1 or self.eval_window % 2 == 0:
+            raise ValueError(f"--eval-window must be an odd number >= 1, got {self.eval_window}")
+        if self.target is not None and not 0.0 <= self.target <= 1.0:
+            raise ValueError(f"--target is a held-out accuracy in [0, 1], got {self.target}")
 
 
 @dataclass
@@ -48,69 +58,34 @@ class RunSummary:
     run: Run
     steps: int
     steps_used: int  # steps entering the medians (after warm-up)
-    wall_time: float | None  # wall time of the last logged step
-    startup: float | None  # wall time before the first step began (model loading, engine start)
+    wall_time: float | None  # wall time of the last logged step (start-up included)
+    train_time: float | None  # training time at the last logged step
+    time_source: str  # where the training time comes from
+    startup: float | None  # process start (or, older runs, writer start) -> first step
+    restarts: int  # further process starts (resumes) logged in metrics.jsonl
+    restart_startup: float  # their start-up, summed
+    eval_time: float | None  # summed timing/eval (None: not logged)
     step_time: float | None  # median timing/step_total
     phases: dict[str, float | None]  # median of every timing/* key but the total
     generation_share: float | None  # median generation / median step total
     totals: dict[str, float | None]  # summed tokens/* and samples/* (None: never logged)
+    reward_key: str  # rollout/reward_ht when logged, else rollout/reward_mean
     reward_steps: list[int]
-    reward_times: list[float]
+    reward_times: list[float]  # training time
     reward_raw: list[float]
     reward_smoothed: list[float]
     prompt_keep: float  # measured mean kept fraction of prompts (1.0 without pruning)
     completion_keep: float
     keep_source: str  # which metrics the kept fractions come from
     configured_rates: tuple[float | None, float | None]  # (r_q, r_o) from run_config.json
+    heldout: Curve | None = None  # set by the report once the held-out dataset is chosen
     clock_notes: list[str] = field(default_factory=list)
-    time_to_target: float | None = None
+    time_to_target: float | None = None  # training time to the training-reward target
+    arm: str = ""
 
     @property
     def final_reward(self) -> float | None:
         return self.reward_smoothed[-1] if self.reward_smoothed else None
-
-
-@dataclass
-class Comparison:
-    baseline: RunSummary
-    other: RunSummary
-    step_speedup: float | None  # median step(baseline) / median step(other)
-    ttt_speedup: float | None  # t*(baseline) / t*(other)
-    f: float | None  # baseline generation share
-    r_q: float  # measured prune rates of `other`
-    r_o: float
-    ideal_ratio: float | None  # lower bound of T_other / T_baseline
-    differences: list[Difference] = field(default_factory=list)
-
-    @property
-    def comparable(self) -> bool:
-        return not any(d.breaks_comparison for d in self.differences)
-
-    @property
-    def ideal_speedup(self) -> float | None:
-        return S.ratio_or_none(1.0, self.ideal_ratio)
-
-    @property
-    def step_efficiency(self) -> float | None:
-        return S.ratio_or_none(self.step_speedup, self.ideal_speedup)
-
-    @property
-    def ttt_efficiency(self) -> float | None:
-        return S.ratio_or_none(self.ttt_speedup, self.ideal_speedup)
-
-
-@dataclass
-class Report:
-    settings: Settings
-    target: float | None
-    target_source: str
-    summaries: list[RunSummary]  # the baseline first
-    comparisons: list[Comparison]
-    warnings: list[str]
-
-    @property
-    def baseline(self) -> RunSummary:
-        return self.summaries[0]
 
 
 def _keep_fraction(rows: list[dict], key: str, num: str, den: str) -> tuple[float, str]:
@@ -125,171 +100,145 @@ def _keep_fraction(rows: list[dict], key: str, num: str, den: str) -> tuple[floa
     return 1.0, "none logged (taken as 1)"
 
 
-def _startup(run: Run) -> float | None:
+def train_clock(run: Run) -> tuple[dict[int, float], str]:
+    """({step: training time at the end of the step}, its source)."""
+    if run.train and all(number(row.get(R.TRAIN_S)) is not None for row in run.train):
+        return {row[R.STEP]: float(row[R.TRAIN_S]) for row in run.train}, R.TRAIN_S
+    totals = accumulate(number(row.get(STEP_TOTAL)) or 0.0 for row in run.train)
+    return dict(zip((row[R.STEP] for row in run.train), totals)), f"cumulative {STEP_TOTAL}"
+
+
+def time_at(clock: dict[int, float], step: int) -> float:
+    """Training time at the end of ``step`` (of the last logged step before it; 0 before the first)."""
+    done = [s for s in clock if s <= step]
+    return clock[max(done)] if done else 0.0
+
+
+def _startups(run: Run) -> tuple[float | None, int, float, str | None]:
+    """(start-up of the first process, number of restarts, their summed start-up, a note or None)."""
+    logged = [number(row.get(R.STARTUP_S)) for row in run.train if R.STARTUP_S in row]
+    logged = [v for v in logged if v is not None]
     first = run.train[0] if run.train else {}
-    if isinstance(first.get("wall_time"), (int, float)) and isinstance(first.get(STEP_TOTAL), (int, float)):
-        return max(first["wall_time"] - first[STEP_TOTAL], 0.0)
-    return None
+    if number(first.get(R.STARTUP_S)) is not None:
+        return logged[0], len(logged) - 1, sum(logged[1:]), None
+    wall, total = number(first.get(R.WALL_TIME)), number(first.get(STEP_TOTAL))
+    if wall is not None and total is not None:
+        note = "no time/startup_s: start-up counted from the run directory's creation, not the process start"
+        return max(wall - total, 0.0), 0, 0.0, note
+    return None, 0, 0.0, None
 
 
-def _clock(run: Run) -> tuple[dict[int, float], bool, list[str]]:
-    """({step: seconds since the run started}, whether that is the wall clock, notes). A resumed run
-    restarts its wall_time at 0: later steps continue from the last time before the restart (the
-    restart's own start-up is counted)."""
-    if not all(isinstance(row.get("wall_time"), (int, float)) for row in run.train):
-        # older or partial logs: the cumulative step time stands in for the wall clock
-        steps = [r["step"] for r in run.train]
-        times = dict(zip(steps, accumulate(r.get(STEP_TOTAL, 0.0) for r in run.train)))
-        return (
-            times,
-            False,
-            ["no wall_time on every step: time to target uses the cumulative timing/step_total"],
-        )
-    times, notes, offset, previous = {}, [], 0.0, None
-    for row in run.train:
-        t = float(row["wall_time"]) + offset
+def _wall_clock(run: Run) -> float | None:
+    """Wall time of the last step, continued across restarts (wall_time restarts at 0 on a resume)."""
+    walls = [number(row.get(R.WALL_TIME)) for row in run.train]
+    if not walls or None in walls:
+        return None
+    offset, previous = 0.0, None
+    for wall in walls:
+        t = wall + offset
         if previous is not None and t < previous:
-            offset, t = previous, previous + float(row["wall_time"])
-            notes.append(f"wall_time restarts at step {row['step']} (a resumed run): the clock is continued")
-        times[row["step"]] = previous = t
-    return times, True, notes
+            offset, t = previous, previous + wall
+        previous = t
+    return previous
+
+
+def heldout_curve(run: Run, datasets: list[str], clock: dict[int, float], window: int) -> Curve | None:
+    """The run's held-out accuracy against training time: eval_<dataset>_pass1 (the mean over
+    ``datasets`` when several) at every eval line that has them all, smoothed (report.curves)."""
+    keys = [R.pass1_key(d) for d in datasets]
+    steps, times, raw, counts = [], [], [], []
+    for row in run.evals:
+        values = [number(row.get(k)) for k in keys]
+        if not keys or None in values:
+            continue
+        steps.append(row[R.STEP])
+        own = number(row.get(R.TRAIN_S))
+        times.append(own if own is not None else time_at(clock, row[R.STEP]))
+        raw.append(sum(values) / len(values))
+        counts.append(number(row.get(R.EVAL_NUM_SAMPLES)))
+    if not steps:
+        return None
+    label = datasets[0] if len(datasets) == 1 else "mean of " + ", ".join(datasets)
+    return Curve(label, steps, times, raw, running_median(raw, window), _eval_n(run, datasets, counts))
+
+
+def _eval_n(run: Run, datasets: list[str], counts: list[float | None]) -> float | None:
+    """Independent samples behind one eval point: eval_num_samples (prompts x samples), per prompt
+    when the eval is greedy (temperature 0: the samples of one prompt agree); None for several datasets
+    (OpenRLHF counts them together) or when not logged."""
+    known = [c for c in counts if c is not None]
+    if len(datasets) != 1 or not known:
+        return None
+    n = min(known)
+    ev = (run.config.get("args") or {}).get("eval") or {}
+    per_prompt = number(ev.get("n_samples_per_prompt"))
+    if number(ev.get("temperature")) == 0.0 and per_prompt:
+        n /= per_prompt
+    return n
 
 
 def summarize(run: Run, settings: Settings) -> RunSummary:
     # medians and means skip the first `warmup` steps (all steps are kept when that would leave none)
     used = S.after_warmup(run.train, settings.warmup)
-    totals = series(used, STEP_TOTAL)[1]
     phase_keys = list(PHASES) + sorted(
-        {k for row in run.train for k in row if k.startswith("timing/") and k != STEP_TOTAL} - set(PHASES)
+        {k for row in run.train for k in row if k.startswith(R.TIMING_PREFIX) and k != STEP_TOTAL}
+        - set(PHASES)
     )
     phases = {k: S.median_or_none(series(used, k)[1]) for k in phase_keys}
-    step_time = S.median_or_none(totals)
+    step_time = S.median_or_none(series(used, STEP_TOTAL)[1])
     sums = {}
     for key in TOKEN_KEYS + SAMPLE_KEYS:
         _, values = run.series(key)
         sums[key] = sum(values) if values else None
 
-    reward_steps, reward = run.series(REWARD)
-    time_of, is_wall, clock_notes = _clock(run)
+    clock, time_source = train_clock(run)
+    notes = (
+        []
+        if time_source == R.TRAIN_S or not run.train
+        else [f"no {R.TRAIN_S}: training time = {time_source}"]
+    )
+    startup, restarts, restart_startup, startup_note = _startups(run)
+    notes += [startup_note] if startup_note else []
+    eval_times = [v for v in (number(row.get(R.EVAL_TIME)) for row in run.evals) if v is not None]
+    reward_key = R.REWARD_HT if run.has(R.REWARD_HT) else R.REWARD_MEAN
+    reward_steps, reward = run.series(reward_key)
     dppo_cfg = run.config.get("dppo") or {}
-    prompt_keep, src_q = _keep_fraction(used, "dppo/prompt_keep_frac", "prompts/rolled_out", "prompts/drawn")
+    prompt_keep, src_q = _keep_fraction(used, R.PROMPT_KEEP_FRAC, R.PROMPTS_ROLLED_OUT, R.PROMPTS_DRAWN)
     completion_keep, src_o = _keep_fraction(
-        used, "dppo/completion_keep_frac", "samples/trained", "samples/generated"
+        used, R.COMPLETION_KEEP_FRAC, R.SAMPLES_TRAINED, R.SAMPLES_GENERATED
     )
     return RunSummary(
         run=run,
         steps=len(run.train),
         steps_used=len(used),
-        wall_time=time_of[run.train[-1]["step"]] if run.train and is_wall else None,
-        startup=_startup(run),
+        wall_time=_wall_clock(run),
+        train_time=clock[run.train[-1][R.STEP]] if run.train else None,
+        time_source=time_source,
+        startup=startup,
+        restarts=restarts,
+        restart_startup=restart_startup,
+        eval_time=sum(eval_times) if eval_times else None,
         step_time=step_time,
         phases=phases,
-        generation_share=S.ratio_or_none(phases["timing/generation"], step_time),
+        generation_share=S.ratio_or_none(phases[R.GENERATION], step_time),
         totals=sums,
+        reward_key=reward_key,
         reward_steps=reward_steps,
-        reward_times=[time_of[s] for s in reward_steps],
+        reward_times=[clock[s] for s in reward_steps],
         reward_raw=reward,
         reward_smoothed=S.moving_average(reward, settings.smooth),
         prompt_keep=prompt_keep,
         completion_keep=completion_keep,
         keep_source=f"prompts: {src_q}, completions: {src_o}",
         configured_rates=(dppo_cfg.get("prompt_prune_rate"), dppo_cfg.get("completion_prune_rate")),
-        clock_notes=clock_notes,
+        clock_notes=notes,
     )
 
 
-def compare(baseline: RunSummary, other: RunSummary) -> Comparison:
-    f = baseline.generation_share
-    r_q, r_o = 1.0 - other.prompt_keep, 1.0 - other.completion_keep
-    clamp = lambda x: min(max(x, 0.0), 1.0)  # noqa: E731 - rounding noise only; keep fractions are in [0, 1]
-    ideal = S.ideal_step_ratio(clamp(f), clamp(r_q), clamp(r_o)) if f is not None else None
-    return Comparison(
-        baseline=baseline,
-        other=other,
-        step_speedup=S.ratio_or_none(baseline.step_time, other.step_time),
-        ttt_speedup=S.ratio_or_none(baseline.time_to_target, other.time_to_target),
-        f=f,
-        r_q=r_q,
-        r_o=r_o,
-        ideal_ratio=ideal,
-        differences=config_differences(baseline.run.config, other.run.config),
-    )
-
-
-def build_report(runs: list[Run], settings: Settings, baseline: str | None = None) -> Report:
-    """Summaries and comparisons for ``runs``; the baseline is the first run unless named."""
-    if not runs:
-        raise ValueError("no runs to compare")
-    names = [r.name for r in runs]
-    if len(set(names)) != len(names):
-        raise ValueError(f"run names must be unique, got {names} (rename a directory or pass distinct paths)")
-    if baseline is not None:
-        matches = [r for r in runs if baseline in (r.name, str(r.path))]
-        if not matches:
-            raise ValueError(f"--baseline {baseline!r} is none of the runs: {', '.join(names)}")
-        runs = [matches[0]] + [r for r in runs if r is not matches[0]]
-    summaries = [summarize(r, settings) for r in runs]
-    base = summaries[0]
-    warnings = []
-    if settings.target_reward is not None:
-        target, source = settings.target_reward, "--target-reward"
-    elif base.final_reward is not None:
-        target, source = base.final_reward, f"final smoothed reward of the baseline {base.run.name}"
-    else:
-        target, source = None, "none (the baseline logged no rollout/reward_mean)"
-    for s in summaries:
-        if target is not None and s.reward_smoothed:
-            s.time_to_target = S.time_to_target(s.reward_times, s.reward_smoothed, target)
-            if s.time_to_target is not None and s.time_to_target == s.reward_times[0]:
-                warnings.append(
-                    f"{s.run.name} is at the target reward {target:.4f} from its first step: its time to "
-                    "target is start-up plus one step, not learning (raise --target-reward)"
-                )
-        run = s.run
-        if run.in_progress:
-            warnings.append(f"{run.name} is {run.describe_state()}: its numbers are partial")
-        elif run.state != "finished":
-            warnings.append(f"{run.name} ended with state '{run.state}': its numbers are partial")
-        if not run.train:
-            warnings.append(f"{run.name} has no training steps in metrics.jsonl yet")
-        elif s.steps <= settings.warmup:
-            warnings.append(
-                f"{run.name} has {s.steps} step(s), not more than --warmup {settings.warmup}: "
-                "its medians include the warm-up steps"
-            )
-        warnings.extend(f"{run.name}: {note}" for note in run.notes + s.clock_notes)
-    if base.run.algo != "grpo":
-        warnings.append(
-            f"the baseline {base.run.name} is a {base.run.algo} run, not GRPO; "
-            "the ideal speedup uses its generation share all the same"
-        )
-    evaluated = {s.run.name: s.run.eval_results for s in summaries if s.run.eval_results}
-    if len({(r.get("k"), tuple(sorted(r.get("benchmarks") or {}))) for r in evaluated.values()}) > 1:
-        sets = "; ".join(
-            f"{n}: k={r.get('k')}, {sorted(r.get('benchmarks') or {})}" for n, r in evaluated.items()
-        )
-        warnings.append(f"the eval_results.json files differ in k or benchmarks ({sets})")
-    comparisons = [compare(base, s) for s in summaries[1:]]
-    for c in comparisons:
-        other = c.other.run.name
-        breaking = [d for d in c.differences if d.breaks_comparison]
-        packing = [d.key for d in c.differences if not d.breaks_comparison]
-        if breaking:
-            keys = ", ".join(f"{d.key} ({d.category})" for d in breaking)
-            warnings.append(f"{other} is not comparable with {base.run.name}: differs in {keys}")
-        if packing:
-            warnings.append(
-                f"{other} and {base.run.name} differ in the packing args DPPO turns on ({', '.join(packing)}): "
-                "the speedup includes packing gains; run the GRPO baseline with --train.dynamic_batch_enable "
-                "to measure pruning alone"
-            )
-    return Report(settings, target, source, summaries, comparisons, warnings)
-
-
-def eval_table(report: Report, metric: str = "avg@k") -> tuple[list[str], dict[str, dict[str, float]]]:
+def eval_table(summaries: list[RunSummary], metric: str = "avg@k") -> tuple[list[str], dict[str, dict]]:
     """(benchmark names + "average", {run name: {benchmark: value}}) over runs with eval_results.json."""
     table: dict[str, dict[str, float]] = {}
-    for s in report.summaries:
+    for s in summaries:
         res = s.run.eval_results
         if not res:
             continue

@@ -3,7 +3,10 @@ terminal) and ``markdown`` (report.md) alike, so both always show the same numbe
 
 from __future__ import annotations
 
-from openrlhf_dppo.report.summary import Report, RunSummary, eval_table, phase_label
+from openrlhf_dppo import run_dir as R
+from openrlhf_dppo.report.arms import Arm, Comparison, Report
+from openrlhf_dppo.report.curves import Spread
+from openrlhf_dppo.report.summary import RunSummary, eval_table, phase_label
 
 Table = tuple[str, list[str], list[list[str]]]
 NA = "—"
@@ -13,22 +16,121 @@ def fmt(value: float | None, spec: str = ".3g", suffix: str = "") -> str:
     return NA if value is None else f"{value:{spec}}{suffix}"
 
 
+def fmt_spread(sp: Spread, spec: str = ".3f", suffix: str = "", counted: bool = False) -> str:
+    """ "mean ± sd (min–max)" over the seeds with a value; one seed: the value; ``counted``: "k of n"
+    appended when some seeds have no value (e.g. never reached the target)."""
+    if sp.mean is None:
+        text = NA
+    elif sp.k == 1:
+        text = fmt(sp.mean, spec, suffix)
+    else:
+        text = f"{fmt(sp.mean, spec, suffix)} ± {fmt(sp.std, spec)} ({fmt(sp.lo, spec)}–{fmt(sp.hi, spec)})"
+    if counted and sp.k < sp.n:
+        text += f" [{sp.k} of {sp.n}]"
+    return text
+
+
 def _rate(measured_keep: float, configured: float | None) -> str:
     text = fmt(1.0 - measured_keep, ".3f")
     return text if configured is None else f"{text} (cfg {configured:g})"
 
 
+def _comparison(report: Report, arm: Arm) -> Comparison | None:
+    return next((c for c in report.comparisons if c.other is arm), None)
+
+
+def heldout_table(report: Report) -> Table | None:
+    """Per arm: final held-out accuracy, time to the target, matched-accuracy ratio, step times."""
+    if report.target is None and not any(a.curve for a in report.arms):
+        return None
+    headers = [
+        "arm",
+        "seeds",
+        "final held-out acc",
+        "vs baseline",
+        "SE of one eval",
+        "time to target (s)",
+        "seeds' time to target (s)",
+    ]
+    headers += [
+        "matched-accuracy ratio",
+        "ratio vs seed spread",
+        "median step (s)",
+        "step-time speedup",
+        "start-up (s)",
+        "eval time (s)",
+    ]
+    rows = []
+    for arm in report.arms:
+        c = _comparison(report, arm)
+        ratio = NA
+        if c is not None and c.ttt_ratio is not None:
+            ratio = f"{c.ttt_ratio:.2f}"
+            if c.ttt_ratios.k > 1:
+                ratio += f" (seeds {c.ttt_ratios.lo:.2f}–{c.ttt_ratios.hi:.2f})"
+            if c.ttt_ratios.k < c.ttt_ratios.n:
+                ratio += f" [{c.ttt_ratios.k} of {c.ttt_ratios.n}]"
+        elif c is not None and arm.curve is not None and report.target is not None:
+            ratio = "target not reached" if arm.ttt is None else NA
+        ttt = fmt(arm.ttt, ".1f") if arm.curve is not None else NA
+        if arm.curve is not None and arm.ttt is None and report.target is not None:
+            ttt = "not reached"
+        se = arm.curve.se() if arm.curve is not None else None
+        delta, ttt_noise = "baseline", "baseline"
+        if c is not None:
+            delta = (
+                NA if c.final_delta is None else f"{c.final_delta:+.4f}, {_noise(c.final_within_spread, c)}"
+            )
+            ttt_noise = NA if c.ttt_ratio is None else _noise(c.ttt_within_spread, c)
+        rows.append(
+            [arm.name, str(arm.n), fmt_spread(arm.final, ".4f"), delta, fmt(se, ".4f")]
+            + [
+                ttt,
+                fmt_spread(arm.ttt_seeds, ".1f", counted=True),
+                "baseline" if c is None else ratio,
+                ttt_noise,
+            ]
+            + [fmt_spread(arm.spread("step_time"), ".3f"), "baseline" if c is None else _speedup(c)]
+            + [fmt_spread(arm.spread("startup"), ".1f"), fmt_spread(arm.spread("eval_time"), ".1f")]
+        )
+    target = fmt(report.target, ".4f")
+    title = (
+        f"Held-out accuracy ({report.heldout or 'no eval'}) against training time: target {target} = "
+        f"{report.target_source}; mean ± sd (min–max) over seeds, [k of n] = seeds that reached it"
+    )
+    return title, headers, rows
+
+
+def _noise(within: bool | None, c: Comparison) -> str:
+    if within is None:
+        return "no spread (1 seed each)" if c.baseline.n == c.other.n == 1 else "no spread (too few seeds)"
+    return "within the seed spread" if within else "beyond the seed spread"
+
+
+def _speedup(c: Comparison) -> str:
+    if c.step_speedup is None:
+        return NA
+    if c.step_speedups.k > 1:
+        return f"{c.step_speedup:.2f}x ({c.step_speedups.lo:.2f}–{c.step_speedups.hi:.2f}x)"
+    return f"{c.step_speedup:.2f}x"
+
+
 def time_table(report: Report) -> Table:
     phases = list(dict.fromkeys(k for s in report.summaries for k in s.phases))
-    headers = ["run", "algo", "state", "steps", "wall time (s)", "start-up (s)", "median step (s)"]
-    headers += [phase_label(p) + " (s)" for p in phases] + ["gen share f"]
+    headers = ["run", "arm", "algo", "state", "steps", "training time (s)", "start-up (s)", "eval time (s)"]
+    headers += ["median step (s)"] + [phase_label(p) + " (s)" for p in phases] + ["gen share f"]
     rows = []
     for s in report.summaries:
-        row = [s.run.name, s.run.algo, s.run.describe_state(), str(s.steps), fmt(s.wall_time, ".1f")]
-        row.append(fmt(s.startup, ".1f"))
-        row += [fmt(s.step_time, ".3f")] + [fmt(s.phases.get(p), ".3f") for p in phases]
-        rows.append(row + [fmt(s.generation_share, ".3f")])
-    title = f"Time per run (medians over the steps after the first {report.settings.warmup} warm-up step(s))"
+        startup = fmt(s.startup, ".1f")
+        if s.restarts:
+            startup += f" (+{s.restart_startup:.1f} in {s.restarts} restart(s))"
+        row = [s.run.name, s.arm, s.run.algo, s.run.describe_state(), str(s.steps), fmt(s.train_time, ".1f")]
+        row += [startup, fmt(s.eval_time, ".1f"), fmt(s.step_time, ".3f")]
+        rows.append(row + [fmt(s.phases.get(p), ".3f") for p in phases] + [fmt(s.generation_share, ".3f")])
+    title = (
+        "Time per run (training time = sum of the step times; start-up and evaluation apart; medians over "
+        f"the steps after the first {report.settings.warmup} warm-up step(s))"
+    )
     return title, headers, rows
 
 
@@ -36,63 +138,63 @@ def _total(s: RunSummary, key: str) -> str:
     return fmt(s.totals.get(key), ",.0f")
 
 
-def _time_to_target(report: Report, s: RunSummary) -> str:
+def _reward_ttt(report: Report, s: RunSummary) -> str:
     if s.time_to_target is not None:
         return f"{s.time_to_target:.1f}"
-    return "not reached" if s.reward_raw and report.target is not None else NA
+    return "not reached" if s.reward_raw and report.reward_target is not None else NA
 
 
 def work_table(report: Report) -> Table:
     headers = ["run", "tokens generated", "tokens trained", "tokens pruned", "samples trained / generated"]
-    headers += ["prompt prune rate r_q", "completion prune rate r_o", "final reward", "time to target (s)"]
+    headers += ["prompt prune rate r_q", "completion prune rate r_o", "final training reward", "reward key"]
+    headers += ["training time to reward target (s)"]
     rows = []
     for s in report.summaries:
         cfg_q, cfg_o = s.configured_rates
-        samples = f"{_total(s, 'samples/trained')} / {_total(s, 'samples/generated')}"
+        samples = f"{_total(s, R.SAMPLES_TRAINED)} / {_total(s, R.SAMPLES_GENERATED)}"
         rows.append(
             [
                 s.run.name,
-                _total(s, "tokens/generated"),
-                _total(s, "tokens/trained"),
-                _total(s, "tokens/pruned"),
+                *(_total(s, key) for key in R.TOKEN_KEYS),
             ]
             + [samples, _rate(s.prompt_keep, cfg_q), _rate(s.completion_keep, cfg_o)]
-            + [fmt(s.final_reward, ".4f"), _time_to_target(report, s)]
+            + [fmt(s.final_reward, ".4f"), s.reward_key if s.reward_raw else NA, _reward_ttt(report, s)]
         )
     title = (
-        f"Work and learning (rates: measured mean after warm-up, cfg = configured; reward: mean of the "
-        f"last {report.settings.smooth} steps; target {fmt(report.target, '.4f')} = {report.target_source})"
+        f"Work and training reward (rates: measured mean after warm-up, cfg = configured; reward: mean of the "
+        f"last {report.settings.smooth} steps; reward target {fmt(report.reward_target, '.4f')} = "
+        f"{report.reward_target_source}; the training reward is no held-out measure)"
     )
     return title, headers, rows
 
 
 def speedup_table(report: Report) -> Table:
-    headers = ["run", "step-time speedup", "time-to-target speedup", "ideal speedup", "step / ideal"]
-    headers += ["time-to-target / ideal", "f (baseline)", "r_q", "r_o", "comparable"]
+    headers = ["arm", "step-time speedup", "ideal speedup", "step / ideal", "f (baseline)", "r_q", "r_o"]
+    headers.append("comparable")
     rows = []
     for c in report.comparisons:
-        ttt = fmt(c.ttt_speedup, ".2f", "x")
-        missed = [s.run.name for s in (c.baseline, c.other) if s.time_to_target is None]
-        if c.ttt_speedup is None and report.target is not None and missed:
-            ttt = "not reached by " + " and ".join(missed)
         rows.append(
-            [c.other.run.name, fmt(c.step_speedup, ".2f", "x"), ttt, fmt(c.ideal_speedup, ".2f", "x")]
-            + [fmt(c.step_efficiency, ".0%"), fmt(c.ttt_efficiency, ".0%"), fmt(c.f, ".3f")]
-            + [fmt(c.r_q, ".3f"), fmt(c.r_o, ".3f"), "yes" if c.comparable else "NO (see warnings)"]
+            [c.other.name, _speedup(c), fmt(c.ideal_speedup, ".2f", "x"), fmt(c.step_efficiency, ".0%")]
+            + [
+                fmt(c.f, ".3f"),
+                fmt(c.r_q, ".3f"),
+                fmt(c.r_o, ".3f"),
+                "yes" if c.comparable else "NO (see warnings)",
+            ]
         )
     title = (
-        f"Speedup vs the baseline {report.baseline.run.name} (ideal = 1 / ((1 - r_q)(f + (1 - f)(1 - r_o))), "
-        "f from the baseline, r_q / r_o measured in the run)"
+        f"Step time vs the baseline {report.baseline.name} (ideal = 1 / ((1 - r_q)(f + (1 - f)(1 - r_o))), "
+        "f from the baseline, r_q / r_o measured in the arm; means over seeds)"
     )
     return title, headers, rows
 
 
 def eval_rows(report: Report) -> Table | None:
-    benches, table = eval_table(report)
+    benches, table = eval_table(report.summaries)
     if not table:
         return None
     names = list(table)
-    _, passes = eval_table(report, "pass@k")
+    _, passes = eval_table(report.summaries, "pass@k")
     ks = {s.run.name: s.run.eval_results.get("k") for s in report.summaries if s.run.name in table}
     headers = ["benchmark"] + [f"{n} {m}" for n in names for m in ("avg@k", "pass@k")]
     rows = [[b] + [fmt(t.get(n, {}).get(b), ".4f") for n in names for t in (table, passes)] for b in benches]
@@ -101,57 +203,32 @@ def eval_rows(report: Report) -> Table | None:
 
 
 def training_eval_rows(report: Report) -> Table | None:
-    """The last in-training eval (kind=eval lines) of each run, pass@1 per benchmark."""
-    last = {}
-    for s in report.summaries:
-        curves = s.run.eval_curves()
-        if curves:
-            last[s.run.name] = {b: (steps[-1], values[-1]) for b, (steps, values) in curves.items()}
-    if not last:
+    """Per run: the held-out curve's last eval point, its smoothed final value and the point's SE."""
+    runs = [s for s in report.summaries if s.heldout is not None]
+    if not runs:
         return None
-    benches = sorted({b for row in last.values() for b in row})
-    rows = [
-        [b] + [NA if b not in last[n] else f"{last[n][b][1]:.4f} (step {last[n][b][0]})" for n in last]
-        for b in benches
+    headers = [
+        "run",
+        "eval points",
+        "last eval (step)",
+        "final (smoothed)",
+        "SE of one eval",
+        "training time (s)",
     ]
-    return "In-training evaluation (pass@1 at the last eval step)", ["benchmark", *last], rows
+    rows = [
+        [s.run.name, str(len(s.heldout.steps)), f"{s.heldout.raw[-1]:.4f} ({s.heldout.steps[-1]})"]
+        + [f"{s.heldout.final:.4f}", fmt(s.heldout.se(), ".4f"), f"{s.heldout.times[-1]:.1f}"]
+        for s in runs
+    ]
+    window = report.settings.eval_window
+    return (
+        f"Held-out curve per run ({report.heldout}; final = running median of {window} eval points)",
+        headers,
+        rows,
+    )
 
 
 def all_tables(report: Report) -> list[Table]:
-    tables = [time_table(report), work_table(report)]
-    if report.comparisons:
-        tables.append(speedup_table(report))
-    extra = [eval_rows(report), training_eval_rows(report)]
-    return tables + [t for t in extra if t]
-
-
-def headline(report: Report) -> list[str]:
-    """One sentence per compared run: was it faster, and did it learn as well?"""
-    base = report.baseline
-    _, evals = eval_table(report)
-    out = []
-    for c in report.comparisons:
-        s = c.other
-        parts = [f"{s.run.name} vs {base.run.name}:"]
-        if c.step_speedup is not None:
-            parts.append(f"{c.step_speedup:.2f}x step-time speedup")
-            if c.step_efficiency is not None:
-                parts[-1] += f" ({c.step_efficiency:.0%} of the ideal {c.ideal_speedup:.2f}x)"
-            parts[-1] += ";"
-        else:
-            parts.append("no step-time speedup (too few steps);")
-        if c.ttt_speedup is not None:
-            parts.append(f"reached reward {report.target:.4f} {c.ttt_speedup:.2f}x as fast;")
-        elif report.target is not None:
-            missed = " and ".join(x.run.name for x in (base, s) if x.time_to_target is None)
-            parts.append(f"reward {report.target:.4f} not reached by {missed};")
-        if s.final_reward is not None and base.final_reward is not None:
-            parts.append(f"final smoothed reward {s.final_reward:.4f} vs {base.final_reward:.4f}")
-        avg = [evals.get(x.run.name, {}).get("average") for x in (s, base)]
-        if None not in avg:
-            parts[-1] += ";"
-            parts.append(f"eval average {avg[0]:.4f} vs {avg[1]:.4f} ({avg[0] - avg[1]:+.4f})")
-        if not c.comparable:
-            parts.append("[configs differ: see warnings]")
-        out.append(" ".join(parts).rstrip(";"))
-    return out
+    tables = [heldout_table(report), time_table(report), work_table(report)]
+    tables.append(speedup_table(report) if report.comparisons else None)
+    return [t for t in tables + [training_eval_rows(report), eval_rows(report)] if t]

@@ -1,55 +1,49 @@
-"""Progress and summary of tiny CPU runs, read from their run directories (``metrics.jsonl``).
+"""Progress and summary of tiny CPU runs, read from their run directories (``openrlhf_dppo.run_dir``).
 
     python -m openrlhf_dppo.tiny.progress follow RUN_DIR --name grpo --steps 32 --pid PID
     python -m openrlhf_dppo.tiny.progress summary RUN_DIR [RUN_DIR ...]
 
-``follow`` prints one line per finished step while the training process ``PID`` lives (the full Ray
-log goes to a file); ``summary`` prints, per run, the reward over steps, step times and the token
-accounting (generated = trained + pruned), which is what the tiny demo compares.
+``follow`` prints one line per finished step and evaluation while the training process ``PID`` lives
+(the full Ray log goes to a file). ``summary`` leads with the held-out comparison and its noise (each
+eval point with its standard error; the seed spread where runs of one configuration differ only in the
+seed), using the compare report's rules (``openrlhf_dppo.report``): training time is the time axis and
+start-up is reported apart, so a start-up difference makes no speedup. Then step times and tokens.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import time
 
+from openrlhf_dppo import run_dir as R
+from openrlhf_dppo.run_dir import read_metrics  # noqa: F401 - the one reader; kept here for callers
 
-def read_metrics(run_dir: str) -> list[dict]:
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    rows = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break  # a line being written
-    return rows
+NAN = float("nan")
+
+
+def _reward(row: dict) -> float:
+    value = R.number(row.get(R.REWARD_HT, row.get(R.REWARD_MEAN, row.get("reward"))))
+    return NAN if value is None else value
 
 
 def step_line(name: str, row: dict, steps: int | None) -> str:
     total = f"/{steps}" if steps else ""
     parts = [
-        f"[{name}] step {row['step']}{total}",
-        f"reward {row.get('rollout/reward_mean', row.get('reward', float('nan'))):.3f}",
-        f"step {row.get('timing/step_total', float('nan')):.1f}s",
-        f"tokens gen {row.get('tokens/generated', 0):.0f} / trained {row.get('tokens/trained', 0):.0f}"
-        f" / pruned {row.get('tokens/pruned', 0):.0f}",
+        f"[{name}] step {row[R.STEP]}{total}",
+        f"reward {_reward(row):.3f}",
+        f"step {row.get(R.STEP_TOTAL, NAN):.1f}s",
+        f"tokens gen {row.get(R.TOKENS_GENERATED, 0):.0f} / trained {row.get(R.TOKENS_TRAINED, 0):.0f}"
+        f" / pruned {row.get(R.TOKENS_PRUNED, 0):.0f}",
     ]
-    if "prompts/pruned" in row and row.get("prompts/drawn"):
-        parts.append(f"prompts pruned {row['prompts/pruned']:.0f}/{row['prompts/drawn']:.0f}")
+    if R.PROMPTS_PRUNED in row and row.get(R.PROMPTS_DRAWN):
+        parts.append(f"prompts pruned {row[R.PROMPTS_PRUNED]:.0f}/{row[R.PROMPTS_DRAWN]:.0f}")
     return "  ".join(parts)
 
 
 def eval_line(name: str, row: dict) -> str:
-    vals = {k: v for k, v in row.items() if k.startswith("eval_") and isinstance(v, (int, float))}
-    return f"[{name}] eval at step {row['step']}: " + ", ".join(
+    vals = {k: v for k, v in row.items() if k.startswith(R.EVAL_PREFIX) and R.number(v) is not None}
+    return f"[{name}] eval at step {row[R.STEP]}: " + ", ".join(
         f"{k} {v:.3f}" for k, v in sorted(vals.items())
     )
 
@@ -58,11 +52,11 @@ def follow(run_dir: str, name: str, steps: int | None, pid: int | None, poll: fl
     seen = 0
     while True:
         alive = pid is None or _alive(pid)
-        rows = read_metrics(run_dir)
+        rows = R.read_metrics(run_dir)
         for row in rows[seen:]:
-            if row.get("kind") == "train":
+            if row.get(R.KIND) == R.TRAIN:
                 print(step_line(name, row, steps), flush=True)
-            elif row.get("kind") == "eval":
+            elif row.get(R.KIND) == R.EVAL:
                 print(eval_line(name, row), flush=True)
         seen = len(rows)
         if not alive:
@@ -82,72 +76,60 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def run_summary(run_dir: str) -> dict:
-    """Numbers the demo compares, from one run directory."""
-    rows = [r for r in read_metrics(run_dir) if r.get("kind") == "train"]
-    evals = [r for r in read_metrics(run_dir) if r.get("kind") == "eval"]
-    if not rows:
-        return {"run_dir": run_dir, "steps": 0}
-    rewards = [r.get("rollout/reward_mean", r.get("reward")) for r in rows]
-    times = [r["timing/step_total"] for r in rows if "timing/step_total" in r]
-    k = max(1, min(5, len(rewards) // 3))
-    tot = {
-        key: sum(r.get(key, 0.0) for r in rows)
-        for key in ("tokens/generated", "tokens/trained", "tokens/pruned")
-    }
-    out = {
-        "run_dir": run_dir,
-        "steps": len(rows),
-        "reward_first": statistics.fmean(rewards[:k]),
-        "reward_last": statistics.fmean(rewards[-k:]),
-        "rewards": rewards,
-        "step_time_median": statistics.median(times[1:] or times) if times else float("nan"),
-        "time_total": sum(times),
-        **tot,
-    }
-    if evals:
-        key = next((k for k in sorted(evals[-1]) if k.startswith("eval_") and k.endswith("pass1")), None)
-        if key:
-            out["eval_key"] = key
-            out["eval"] = [(e["step"], e[key]) for e in evals if key in e]
-    return out
+def _fmt(value, spec: str) -> str:
+    return "—" if value is None else f"{value:{spec}}"
 
 
-def print_summary(run_dirs: list[str]) -> list[dict]:
-    sums = [run_summary(d) for d in run_dirs]
-    print("\n== tiny CPU runs ==")
-    head = f"{'run':28} {'steps':>5} {'reward first->last':>20} {'median step s':>13} {'total s':>8}"
-    head += f" {'tok generated':>13} {'trained':>8} {'pruned':>7}"
-    print(head)
-    for s in sums:
-        if not s["steps"]:
-            print(f"{s['run_dir']:28} no steps logged")
+def print_summary(run_dirs: list[str]) -> object | None:
+    """Print the held-out comparison, then time and tokens per run; returns the compare Report."""
+    from openrlhf_dppo.report import RunDirError, Settings, build_report, load_run
+    from openrlhf_dppo.report.headline import headline
+    from openrlhf_dppo.report.run import run_names
+
+    runs = []
+    for path, name in zip(run_dirs, run_names(run_dirs)):
+        try:
+            runs.append(load_run(path, name))
+        except RunDirError as err:
+            print(f"{path}: {err}")
+    if not runs:
+        return None
+    report = build_report(runs, Settings())
+    print("\n== held-out accuracy (the comparison that counts) ==")
+    if report.heldout is None:
+        print(
+            "no held-out eval in these runs: learning is not compared (the training reward is no held-out measure)"
+        )
+    for s in report.summaries:
+        if s.heldout is None:
             continue
-        print(
-            f"{s['run_dir'][-28:]:28} {s['steps']:>5} {s['reward_first']:>9.3f} -> {s['reward_last']:<7.3f}"
-            f" {s['step_time_median']:>13.2f} {s['time_total']:>8.1f} {s['tokens/generated']:>13.0f}"
-            f" {s['tokens/trained']:>8.0f} {s['tokens/pruned']:>7.0f}"
+        points = " ".join(
+            f"{step}:{p:.3f}" + ("" if s.heldout.se(p) is None else f"±{s.heldout.se(p):.3f}")
+            for step, p in zip(s.heldout.steps, s.heldout.raw)
         )
-    for s in sums:
-        if s["steps"]:
-            curve = " ".join(f"{r:.2f}" for r in s["rewards"])
-            print(f"reward per step, {os.path.basename(s['run_dir'].rstrip('/'))}: {curve}")
-            if s.get("eval"):
-                ev = " ".join(f"{step}:{v:.3f}" for step, v in s["eval"])
-                print(f"held-out {s['eval_key']}, {os.path.basename(s['run_dir'].rstrip('/'))}: {ev}")
-    if any(s.get("tokens/pruned") for s in sums):
+        n = _fmt(s.heldout.n_samples, ".0f")
+        print(f"{s.run.name} ({report.heldout}, step:pass@1±SE, n = {n} per point): {points}")
+    for line in headline(report):
+        print(line)
+    for warning in report.warnings:
+        if "not comparable" in warning or "packing" in warning or "eval point(s)" in warning:
+            print(f"note: {warning}")
+
+    print("\n== time (training time = sum of step times; start-up and eval apart) and tokens ==")
+    head = (
+        f"{'run':20} {'steps':>5} {'median step s':>13} {'training s':>10} {'start-up s':>10} {'eval s':>7}"
+    )
+    print(head + f" {'tok generated':>13} {'trained':>8} {'pruned':>7}  training reward first->last")
+    for s in report.summaries:
+        tot = s.totals
+        first = _fmt(s.reward_raw[0] if s.reward_raw else None, ".3f")
         print(
-            "note: a pruning run's reward is the mean over the prompts it rolled out; prompt pruning drops the\n"
-            "ones whose groups it expects to be all-equal (always or never solved), so that reward is not the\n"
-            "same quantity as GRPO's. The held-out eval compares both runs on the same prompts."
+            f"{s.run.name[-20:]:20} {s.steps:>5} {_fmt(s.step_time, '.2f'):>13} {_fmt(s.train_time, '.1f'):>10}"
+            f" {_fmt(s.startup, '.1f'):>10} {_fmt(s.eval_time, '.1f'):>7} {_fmt(tot[R.TOKENS_GENERATED], '.0f'):>13}"
+            f" {_fmt(tot[R.TOKENS_TRAINED], '.0f'):>8} {_fmt(tot[R.TOKENS_PRUNED], '.0f'):>7}"
+            f"  {first} -> {_fmt(s.final_reward, '.3f')} ({s.reward_key})"
         )
-    timed = [s for s in sums if s["steps"]]
-    if len(timed) >= 2 and timed[-1]["step_time_median"] > 0:
-        print(
-            f"median step-time ratio {os.path.basename(timed[0]['run_dir'])} / "
-            f"{os.path.basename(timed[-1]['run_dir'])}: {timed[0]['step_time_median'] / timed[-1]['step_time_median']:.2f}x"
-        )
-    return sums
+    return report
 
 
 def main(argv=None) -> None:
@@ -158,7 +140,7 @@ def main(argv=None) -> None:
     f.add_argument("--name", default="run")
     f.add_argument("--steps", type=int, default=None)
     f.add_argument("--pid", type=int, default=None, help="stop when this process has ended")
-    s = sub.add_parser("summary", help="compare finished runs")
+    s = sub.add_parser("summary", help="compare finished runs, held-out accuracy first")
     s.add_argument("run_dirs", nargs="+")
     args = ap.parse_args(argv)
     if args.cmd == "follow":

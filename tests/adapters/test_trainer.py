@@ -26,10 +26,10 @@ from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 from openrlhf_dppo.adapters._ray import unwrap_actor_class
 from openrlhf_dppo.adapters.actor import DPPOReplayBuffer
 from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker
-from openrlhf_dppo.adapters.run_dir import RunDir
 from openrlhf_dppo.adapters.samples_generator import PROMPT_ATTR, DrawRecord, PromptDraw
 from openrlhf_dppo.adapters.trainer import DPPO_STATE, AccountingError, DPPOTrainer, check_accounting
 from openrlhf_dppo.core import DPPOConfig, PromptHistory
+from openrlhf_dppo.run_dir import RunDir
 
 Trainer = unwrap_actor_class(DPPOTrainer)
 

@@ -45,7 +45,9 @@ EVAL_RESULTS = {
 }
 
 
-def train_rows(phases, rewards, extra=None, startup=0.0) -> list[dict]:
+def train_rows(phases, rewards, extra=None, startup=0.0, time_keys=False) -> list[dict]:
+    """Train lines; ``time_keys`` adds what the run directory's writer adds today (time/train_s on
+    every line, time/startup_s on the first); without it the lines are those of older runs."""
     rows, wall = [], startup
     for i, (gen, exp, train, bcast) in enumerate(phases):
         total = gen + exp + train + bcast
@@ -69,9 +71,53 @@ def train_rows(phases, rewards, extra=None, startup=0.0) -> list[dict]:
             "samples/pruned": 0.0,
             "policy_loss": 0.1,
         }
+        if time_keys:
+            row["time/train_s"] = wall - startup
+            if i == 0:
+                row["time/startup_s"] = startup
         row.update((extra or {}).get(i, {}))
         rows.append(row)
     return rows
+
+
+def curve_run(
+    path: Path,
+    *,
+    step_time: float,
+    evals: list[float],
+    eval_every: int = 2,
+    startup: float = 0.0,
+    seed: int = 42,
+    algo: str = "grpo",
+    dataset: str = "arith",
+    eval_n: float | None = 256.0,
+    time_keys: bool = True,
+) -> Path:
+    """A run of ``eval_every * (len(evals) - 1)`` steps of ``step_time`` seconds each (generation half
+    of it), start-up ``startup``, with held-out evaluations ``evals`` at steps 0, eval_every, ...; the
+    eval lines carry time/train_s = step x step_time (``time_keys``) and eval_num_samples ``eval_n``."""
+    steps = eval_every * (len(evals) - 1)
+    phase = (step_time / 2, step_time / 4, step_time / 8, step_time / 8)
+    train = train_rows([phase] * steps, [0.5] * steps, startup=startup, time_keys=time_keys)
+    rows = []
+    for i, value in enumerate(evals):
+        step = i * eval_every
+        rows += train[step - eval_every : step] if step else []
+        line = {"kind": "eval", "step": step, "time": 1_700_000_000.0 + startup + step * step_time}
+        line.update(
+            {"wall_time": startup + step * step_time, f"eval_{dataset}_pass1": value, "timing/eval": 1.5}
+        )
+        if eval_n is not None:
+            line["eval_num_samples"] = eval_n
+        if time_keys:
+            line["time/train_s"] = step * step_time
+        rows.append(line)
+    args = json.loads(json.dumps(BASE_ARGS))
+    args["train"]["seed"] = seed
+    dppo = {"enable": algo == "dppo", "prompt_prune_rate": 0.5 if algo == "dppo" else 0.0, "seed": seed}
+    dppo["completion_prune_rate"] = dppo["prompt_prune_rate"]
+    args["dppo"] = dict(dppo)
+    return write_run(path, rows, algo=algo, args=args, dppo=dppo, status={"state": "finished", "step": steps})
 
 
 def dppo_extra() -> dict[int, dict]:
@@ -157,5 +203,9 @@ def dppo_dir(tmp_path) -> Path:
 def rundirs() -> SimpleNamespace:
     """The builders above for tests that write their own runs (tests import no sibling modules)."""
     return SimpleNamespace(
-        write_run=write_run, train_rows=train_rows, GRPO_PHASES=GRPO_PHASES, GRPO_REWARD=GRPO_REWARD
+        write_run=write_run,
+        train_rows=train_rows,
+        curve_run=curve_run,
+        GRPO_PHASES=GRPO_PHASES,
+        GRPO_REWARD=GRPO_REWARD,
     )

@@ -13,17 +13,17 @@ from openrlhf_dppo.cli.main import main
 from openrlhf_dppo.report import Settings, build_report, load_run
 from openrlhf_dppo.report.plots import AXES_KEY, build_figures, write_plots
 
-# axes per figure, counted from the builders: reward vs time + vs step; one bar chart each for
-# phases, tokens and eval; keep fractions + weights (mean, max) + ESS; density + micro-batch counts;
-# one axis of in-training eval curves (the DPPO fixture has one kind=eval line)
+# axes per figure, counted from the builders: held-out accuracy and reward, each vs training time +
+# vs step (the DPPO fixture has one kind=eval line); one bar chart each for phases, tokens and eval;
+# keep fractions + weights (mean, max) + ESS; density + micro-batch counts
 EXPECTED_AXES = {
+    "heldout": 2,
     "reward": 2,
     "phase_times": 1,
     "tokens": 1,
     "pruning": 3,
     "packing": 2,
     "eval": 1,
-    "eval_curves": 1,
 }
 
 
@@ -76,25 +76,28 @@ def test_cli_writes_report_and_prints_the_table(grpo_dir, dppo_dir, tmp_path, ca
     rc = main(["compare", str(grpo_dir), str(dppo_dir), "--out", str(out), "--smooth", "2"])
     printed = capsys.readouterr().out
     assert rc == 0
-    # step speedup 2.00x, ideal 8/3 = 2.67x, 75% of ideal, time-to-target 27 / 14.5 = 1.86x
-    for text in ("2.00x", "2.67x", "75%", "1.86x", "report written to"):
+    # step speedup 2.00x, ideal 8/3 = 2.67x, 75% of ideal
+    for text in ("2.00x", "2.67x", "75%", "report written to"):
         assert text in printed, text
     md = (out / "report.md").read_text()
-    # the answer first: smoothed (window 2) final rewards .625 vs .5; eval averages .4375 vs .375
+    # the answer first; only the DPPO run has a held-out eval, so there is no time to accuracy
     assert (
-        "- dppo vs grpo: 2.00x step-time speedup (75% of the ideal 2.67x); reached reward 0.5000 1.86x as "
-        "fast; final smoothed reward 0.6250 vs 0.5000; eval average 0.4375 vs 0.3750 (+0.0625)\n" in md
+        "- dppo (1 seed) vs grpo (1 seed): no held-out eval in grpo: time to accuracy not measured; 2.00x "
+        "step-time speedup (75% of the ideal 2.67x)\n" in md
     )
-    assert "| dppo | 2.00x | 1.86x | 2.67x | 75% | 70% | 0.500 | 0.500 | 0.500 | yes |" in md
+    assert "| dppo | 2.00x | 2.67x | 75% | 0.500 | 0.500 | 0.500 | yes |" in md
     assert "0.500 (cfg 0.5)" in md  # measured and configured prune rates side by side
-    assert "after the first 1 warm-up step(s)" in md and "last 2 logged steps" in md
+    assert "after the first 1 warm-up step(s)" in md and "last 2 steps" in md
+    # reward time to target on training time: GRPO .5 at 27 s, DPPO at 14.5 s (the work table)
+    assert "| 0.5000 | rollout/reward_mean | 27.0 |" in md and "| 0.6250 | rollout/reward_mean | 14.5 |" in md
     # eval table: per benchmark and average, both runs
     assert "| benchmark | grpo avg@k | grpo pass@k | dppo avg@k | dppo pass@k |" in md
     assert "| average | 0.3750 | 0.6250 | 0.4375 | 0.6250 |" in md
     assert "| math500 | 0.5000 | 0.7500 | 0.6250 | 0.7500 |" in md
     assert "| gsm8k | 0.2500 | 0.5000 | 0.2500 | — |" in md  # the DPPO file has no pass@k for gsm8k
-    # in-training eval: only the DPPO run logged one (math500 at step 2)
-    assert "| benchmark | dppo |\n|---|---|\n| math500 | 0.2500 (step 2) |" in md
+    # the held-out curve per run: only the DPPO run has one point (math500 .25 at step 2, 10 s of training)
+    assert "| dppo | 1 | 0.2500 (2) | 0.2500 | — | 10.0 |" in md
+    assert "no held-out eval in grpo" in md
     for name in EXPECTED_AXES:
         assert f"![{name}]({name}.png)" in md and (out / f"{name}.png").is_file()
 
@@ -103,8 +106,9 @@ def test_cli_baseline_and_target_flags(grpo_dir, dppo_dir, capsys):
     rc = main(["compare", str(dppo_dir), str(grpo_dir), "--baseline", "grpo", "--target-reward", "0.25"])
     assert rc == 0
     printed = capsys.readouterr().out
-    # grpo first as baseline: window 5 -> time to .25: 23 s (GRPO) vs 8 s (DPPO) = 2.88x
-    assert "2.88x" in printed and "Speedup vs the baseline grpo" in printed
+    # grpo first as baseline; reward target .25 (window 5): 23 s (GRPO) and 8 s (DPPO) of training
+    assert "Step time vs the baseline grpo" in printed and "reward target 0.2500 = --target-reward" in printed
+    assert "dppo (1 seed) vs grpo (1 seed)" in printed
 
 
 def test_cli_reports_a_run_in_progress(tmp_path, grpo_dir, capsys, rundirs):
@@ -143,13 +147,27 @@ def test_report_md_lists_config_differences(grpo_dir, tmp_path, rundirs):
     cfg = json.loads((grpo_dir / "run_config.json").read_text())
     rows = rundirs.train_rows(rundirs.GRPO_PHASES, rundirs.GRPO_REWARD)
     args = cfg["args"]
-    args["train"]["seed"] = 7
-    other = rundirs.write_run(tmp_path / "seed7", rows, args=args)
+    args["data"]["max_len"] = 512
+    other = rundirs.write_run(tmp_path / "len512", rows, args=args)
     out = tmp_path / "rep"
     assert main(["compare", str(grpo_dir), str(other), "--out", str(out)]) == 0
     md = (out / "report.md").read_text()
-    assert "| seeds | `train.seed` | 42 | 7 |" in md
-    assert "seed7 is not comparable with grpo: differs in train.seed (seeds)" in md
+    assert "| data | `data.max_len` | 256 | 512 |" in md
+    assert "len512 is not comparable with grpo: differs in data.max_len (data)" in md
+
+
+def test_runs_differing_only_in_the_seed_are_one_arm(grpo_dir, tmp_path, rundirs, capsys):
+    cfg = json.loads((grpo_dir / "run_config.json").read_text())
+    rows = rundirs.train_rows(rundirs.GRPO_PHASES, rundirs.GRPO_REWARD)
+    cfg["args"]["train"]["seed"] = 7
+    other = rundirs.write_run(tmp_path / "grpo_7", rows, args=cfg["args"])
+    rep = _report(grpo_dir, other)
+    assert [(a.name, a.n, a.seeds) for a in rep.arms] == [("grpo*", 2, [42, 7])]
+    assert rep.comparisons == [] and not any("comparable" in w for w in rep.warnings)
+    # the same seed again is a repeat, not a seed: an arm of its own
+    again = rundirs.write_run(tmp_path / "grpo_again", rows)
+    rep = _report(grpo_dir, other, again)
+    assert [(a.name, a.n) for a in rep.arms] == [("grpo*", 2), ("grpo_again", 1)]
 
 
 def test_cli_rejects_bad_settings(grpo_dir, capsys):

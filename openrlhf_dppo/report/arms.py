@@ -1,0 +1,378 @@
+"""From runs to arms, and arms against the baseline arm: the numbers of the compare report.
+
+An **arm** is one configuration run with one or more seeds. Runs are put in arms
+1. explicitly (``--arm NAME=GLOB`` on the command line: the ``arms`` mapping of :func:`build_report`), or
+2. by their config: runs whose run_config.json differ in nothing but the seeds (``train.seed``,
+   ``dppo.seed``) and per-run paths or logger names are seeds of one arm, named after the common part
+   of their directory names (``grpo_s1``, ``grpo_s2`` -> ``grpo_s*``). Runs with identical configs and
+   seeds are repeats, not seeds: each is an arm of its own.
+The baseline arm is the first one unless ``baseline`` names an arm or one of its runs.
+
+Per arm: the mean and spread over seeds of the median step time, the final held-out accuracy and the
+training time to the target (``report.curves`` says how a noisy curve is handled); against the
+baseline: the step-time speedup, the matched-accuracy ratio (training time to the target / the
+baseline's), the ideal speedup of pruning, and whether a difference is within the seed spread.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+
+from openrlhf_dppo.report import speedup as S
+from openrlhf_dppo.report.comparability import Difference, config_differences, flatten, is_run_specific
+from openrlhf_dppo.report.curves import Curve, Spread, mean_curve, within_spread
+from openrlhf_dppo.report.run import Run
+from openrlhf_dppo.report.summary import RunSummary, Settings, heldout_curve, summarize, train_clock
+
+SEED_KEYS = ("train.seed", "dppo.seed")
+
+
+@dataclass
+class Arm:
+    name: str
+    members: list[RunSummary]
+    curve: Curve | None = None  # mean held-out curve over the seeds (at their common eval steps)
+    seed_curves: list[Curve] = field(default_factory=list)  # the seeds' curves at those steps
+    ttt: float | None = None  # training time at which the mean curve reaches the target
+    ttt_seeds: Spread = Spread(())  # per seed (None: never reached)
+
+    @property
+    def n(self) -> int:
+        return len(self.members)
+
+    @property
+    def seeds(self) -> list:
+        return [((s.run.config.get("args") or {}).get("train") or {}).get("seed") for s in self.members]
+
+    def spread(self, attr: str) -> Spread:
+        return Spread.of(getattr(s, attr) for s in self.members)
+
+    @property
+    def final(self) -> Spread:
+        """Final held-out accuracy per seed (at the arm's last common eval step)."""
+        return Spread.of(c.final for c in self.seed_curves)
+
+    def mean_of(self, attr: str) -> float | None:
+        return self.spread(attr).mean
+
+
+@dataclass
+class Comparison:
+    baseline: Arm
+    other: Arm
+    step_speedup: float | None  # mean median step time of the baseline / of the arm
+    step_speedups: Spread  # the baseline mean / each seed's median step time
+    ttt_ratio: float | None  # matched-accuracy ratio: arm time to target / the baseline's
+    ttt_ratios: Spread  # each seed's time to target / the baseline arm's
+    final_delta: float | None  # mean final accuracy minus the baseline's
+    final_within_spread: bool | None  # None: no spread (one seed each)
+    ttt_within_spread: bool | None
+    f: float | None  # baseline generation share (mean over its seeds)
+    r_q: float  # measured prune rates of the arm (mean over its seeds)
+    r_o: float
+    ideal_ratio: float | None  # lower bound of T_other / T_baseline
+    differences: list[Difference] = field(default_factory=list)
+
+    @property
+    def comparable(self) -> bool:
+        return not any(d.breaks_comparison for d in self.differences)
+
+    @property
+    def ideal_speedup(self) -> float | None:
+        return S.ratio_or_none(1.0, self.ideal_ratio)
+
+    @property
+    def step_efficiency(self) -> float | None:
+        return S.ratio_or_none(self.step_speedup, self.ideal_speedup)
+
+
+@dataclass
+class Report:
+    settings: Settings
+    arms: list[Arm]  # the baseline first
+    comparisons: list[Comparison]
+    warnings: list[str]
+    target: float | None  # held-out accuracy target
+    target_source: str
+    heldout: str | None  # the held-out dataset(s) the curves show
+    reward_target: float | None
+    reward_target_source: str
+
+    @property
+    def baseline(self) -> Arm:
+        return self.arms[0]
+
+    @property
+    def summaries(self) -> list[RunSummary]:
+        return [s for arm in self.arms for s in arm.members]
+
+
+def arm_key(config: dict) -> str:
+    """What makes two runs one arm: the config without seeds, per-run paths and logger names."""
+    args = flatten(config.get("args") or {})
+    key = {k: v for k, v in args.items() if k not in SEED_KEYS and not is_run_specific(k)}
+    key.update({f"dppo_config.{k}": v for k, v in (config.get("dppo") or {}).items() if k != "seed"})
+    key["algo"] = config.get("algo")
+    return json.dumps(key, sort_keys=True, default=str)
+
+
+def pattern_name(names: list[str]) -> str:
+    """``grpo_s1``, ``grpo_s2`` -> ``grpo_s*``: the common prefix and suffix around a star."""
+    if len(names) == 1:
+        return names[0]
+    prefix = names[0]
+    for n in names[1:]:
+        while not n.startswith(prefix):
+            prefix = prefix[:-1]
+    suffix = names[0][len(prefix) :]
+    for n in names[1:]:
+        while not n[len(prefix) :].endswith(suffix):
+            suffix = suffix[1:]
+    return f"{prefix}*{suffix}" if prefix or suffix else " + ".join(names)
+
+
+def _seeds(run: Run) -> str:
+    args = flatten(run.config.get("args") or {})
+    return json.dumps([args.get(k) for k in SEED_KEYS], default=str)
+
+
+def group_runs(runs: list[Run], explicit: dict[str, str] | None = None) -> list[tuple[str, list[Run]]]:
+    """[(arm name, runs)] in the order the arms first appear; ``explicit`` maps run name -> arm name."""
+    explicit = explicit or {}
+    named: dict[str, list[Run]] = {}
+    by_config: dict[str, list[list[Run]]] = {}  # config -> arms, each holding distinct seeds
+    order: list[tuple[str, object]] = []
+    for run in runs:
+        if run.name in explicit:
+            if explicit[run.name] not in named:
+                order.append(("named", explicit[run.name]))
+            named.setdefault(explicit[run.name], []).append(run)
+            continue
+        arms = by_config.setdefault(arm_key(run.config), [])
+        arm = next((a for a in arms if _seeds(run) not in {_seeds(r) for r in a}), None)
+        if arm is None:  # a repeat of a seed (or a new config): an arm of its own
+            arm = []
+            arms.append(arm)
+            order.append(("config", arm))
+        arm.append(run)
+    groups = [
+        (key, named[key]) if kind == "named" else (pattern_name([r.name for r in key]), key)
+        for kind, key in order
+    ]
+    names = [n for n, _ in groups]
+    return [(n if names.count(n) == 1 else f"{n} #{i + 1}", m) for i, (n, m) in enumerate(groups)]
+
+
+def choose_heldout(summaries: list[RunSummary], wanted: str | None) -> tuple[list[str], list[str]]:
+    """(the held-out datasets to use, warnings): ``wanted``, or every dataset all evaluated runs share."""
+    per_run = {s.run.name: set(s.run.eval_curves()) for s in summaries}
+    evaluated = {n: d for n, d in per_run.items() if d}
+    if not evaluated:
+        if wanted is not None:
+            raise ValueError(f"--heldout {wanted!r}: no run has in-training eval lines")
+        return [], []
+    common = sorted(set.intersection(*evaluated.values()))
+    if wanted is not None:
+        missing = [n for n, d in evaluated.items() if wanted not in d]
+        if missing:
+            found = sorted(set.union(*evaluated.values()))
+            raise ValueError(
+                f"--heldout {wanted!r}: not evaluated by {', '.join(missing)} (found: {', '.join(found)})"
+            )
+        return [wanted], []
+    warnings = []
+    if len(evaluated) < len(per_run):
+        warnings.append("no held-out eval in " + ", ".join(n for n in per_run if n not in evaluated))
+    if not common:
+        warnings.append("the runs share no eval dataset: no held-out comparison (pick one with --heldout)")
+    return common, warnings
+
+
+def _arm(name: str, members: list[RunSummary], datasets: list[str], window: int) -> Arm:
+    for s in members:
+        s.arm = name
+        s.heldout = heldout_curve(s.run, datasets, train_clock(s.run)[0], window) if datasets else None
+    curve, seed_curves = mean_curve([s.heldout for s in members if s.heldout is not None])
+    return Arm(name, members, curve, seed_curves)
+
+
+def _config_diffs(base: Arm, other: Arm) -> list[Difference]:
+    return [
+        d
+        for d in config_differences(base.members[0].run.config, other.members[0].run.config)
+        if d.key not in SEED_KEYS
+    ]
+
+
+def compare_arms(base: Arm, other: Arm) -> Comparison:
+    f = base.mean_of("generation_share")
+    r_q, r_o = 1.0 - other.mean_of("prompt_keep"), 1.0 - other.mean_of("completion_keep")
+    clamp = lambda x: min(max(x, 0.0), 1.0)  # noqa: E731 - rounding noise only; keep fractions are in [0, 1]
+    base_step = base.mean_of("step_time")
+    return Comparison(
+        baseline=base,
+        other=other,
+        step_speedup=S.ratio_or_none(base_step, other.mean_of("step_time")),
+        step_speedups=Spread.of(S.ratio_or_none(base_step, s.step_time) for s in other.members),
+        ttt_ratio=S.ratio_or_none(other.ttt, base.ttt) if base.ttt else None,
+        ttt_ratios=Spread.of(
+            S.ratio_or_none(t, base.ttt) if base.ttt else None for t in other.ttt_seeds.values
+        ),
+        final_delta=None
+        if not (base.seed_curves and other.seed_curves)
+        else other.final.mean - base.final.mean,
+        final_within_spread=within_spread(base.final, other.final),
+        ttt_within_spread=within_spread(base.ttt_seeds, other.ttt_seeds),
+        f=f,
+        r_q=r_q,
+        r_o=r_o,
+        ideal_ratio=S.ideal_step_ratio(clamp(f), clamp(r_q), clamp(r_o)) if f is not None else None,
+        differences=_config_diffs(base, other),
+    )
+
+
+def _targets(report_arms: list[Arm], settings: Settings) -> tuple[float | None, str, float | None, str]:
+    base = report_arms[0]
+    if settings.target is not None:
+        target, source = settings.target, "--target"
+    elif base.curve is not None:
+        target, source = (
+            base.curve.final,
+            f"final held-out accuracy of the baseline {base.name} (mean over {len(base.seed_curves)} seed(s))",
+        )
+    else:
+        target, source = None, "none (the baseline has no held-out eval)"
+    rewards = [s.final_reward for s in base.members if s.final_reward is not None]
+    if settings.target_reward is not None:
+        reward_target, reward_source = settings.target_reward, "--target-reward"
+    elif rewards:
+        reward_target = statistics.fmean(rewards)
+        reward_source = f"final smoothed training reward of the baseline {base.name}"
+    else:
+        reward_target, reward_source = None, "none (the baseline logged no training reward)"
+    return target, source, reward_target, reward_source
+
+
+def _run_warnings(s: RunSummary, settings: Settings) -> list[str]:
+    run, out = s.run, []
+    if run.in_progress:
+        out.append(f"{run.name} is {run.describe_state()}: its numbers are partial")
+    elif run.state != "finished":
+        out.append(f"{run.name} ended with state '{run.state}': its numbers are partial")
+    if not run.train:
+        out.append(f"{run.name} has no training steps in metrics.jsonl yet")
+    elif s.steps <= settings.warmup:
+        out.append(
+            f"{run.name} has {s.steps} step(s), not more than --warmup {settings.warmup}: "
+            "its medians include the warm-up steps"
+        )
+    if s.heldout is not None and len(s.heldout.steps) < settings.eval_window:
+        out.append(
+            f"{run.name} has {len(s.heldout.steps)} eval point(s), fewer than --eval-window "
+            f"{settings.eval_window}: its held-out curve is not smoothed, one noisy point moves it"
+        )
+    return out + [f"{run.name}: {note}" for note in run.notes + s.clock_notes]
+
+
+def build_report(
+    runs: list[Run], settings: Settings, baseline: str | None = None, arms: dict[str, str] | None = None
+) -> Report:
+    """Arms (explicit ``arms``: run name -> arm name, the others grouped by config) and their
+    comparison with the baseline arm (the first, or the arm named by / holding the run ``baseline``)."""
+    if not runs:
+        raise ValueError("no runs to compare")
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"run names must be unique, got {names} (rename a directory or pass distinct paths)")
+    groups = group_runs(runs, arms)
+    if baseline is not None:
+        match = [
+            g for g in groups if baseline == g[0] or any(baseline in (r.name, str(r.path)) for r in g[1])
+        ]
+        if not match:
+            raise ValueError(
+                f"--baseline {baseline!r} is none of the runs or arms: {', '.join(n for n, _ in groups)}"
+            )
+        groups = [match[0]] + [g for g in groups if g is not match[0]]
+    summaries = {r.name: summarize(r, settings) for r in runs}
+    datasets, warnings = choose_heldout(list(summaries.values()), settings.heldout)
+    arm_list = [
+        _arm(name, [summaries[r.name] for r in members], datasets, settings.eval_window)
+        for name, members in groups
+    ]
+    target, source, reward_target, reward_source = _targets(arm_list, settings)
+    at_once: list[str] = []  # runs at the reward target from their first step
+    for arm in arm_list:
+        if target is not None and arm.curve is not None:
+            arm.ttt = arm.curve.time_to(target)
+            arm.ttt_seeds = Spread.of(s.heldout.time_to(target) for s in arm.members if s.heldout is not None)
+        for s in arm.members:
+            if reward_target is not None and s.reward_smoothed:
+                s.time_to_target = S.time_to_target(s.reward_times, s.reward_smoothed, reward_target)
+                if s.time_to_target is not None and s.time_to_target == s.reward_times[0]:
+                    at_once.append(s.run.name)
+            warnings.extend(_run_warnings(s, settings))
+        if arm.curve is not None and len(arm.seed_curves) < arm.n:
+            warnings.append(
+                f"arm {arm.name}: {arm.n - len(arm.seed_curves)} of {arm.n} seed(s) have no held-out eval"
+            )
+        if arm.curve is not None and any(
+            len(c.steps) < len(s.heldout.steps) for c, s in zip(arm.seed_curves, arm.members)
+        ):
+            warnings.append(
+                f"arm {arm.name}: its seeds evaluated at different steps; the mean curve uses the {len(arm.curve.steps)} steps they share"
+            )
+        for s in arm.members[1:]:
+            diffs = _config_diffs(arm, Arm(arm.name, [s]))
+            if diffs:
+                warnings.append(
+                    f"arm {arm.name}: {s.run.name} differs from {arm.members[0].run.name} in "
+                    + ", ".join(d.key for d in diffs)
+                )
+    if at_once:
+        who = at_once[0] + " is" if len(at_once) == 1 else ", ".join(at_once) + " are"
+        warnings.append(
+            f"{who} at the target reward {reward_target:.4f} from the first step: the reward time to target "
+            "is one step, not learning (raise --target-reward)"
+        )
+    base = arm_list[0]
+    if target is not None and base.ttt == 0.0:
+        warnings.append(
+            f"the baseline {base.name} is at the held-out target {target:.4f} at its first evaluation: "
+            "time to target measures nothing (raise --target)"
+        )
+    if base.members[0].run.algo != "grpo":
+        warnings.append(f"the baseline {base.name} is a {base.members[0].run.algo} run, not GRPO")
+    keys = {s.reward_key for s in summaries.values() if s.reward_raw}
+    if len(keys) > 1:
+        warnings.append(
+            "training rewards: some runs log rollout/reward_ht and some only rollout/reward_mean; a pruning run's "
+            "reward_mean is tilted towards the prompts it kept, so those curves are not the same quantity"
+        )
+    comparisons = [compare_arms(base, arm) for arm in arm_list[1:]]
+    for c in comparisons:
+        breaking = [d for d in c.differences if d.breaks_comparison]
+        packing = [d.key for d in c.differences if not d.breaks_comparison]
+        if breaking:
+            keys = ", ".join(f"{d.key} ({d.category})" for d in breaking)
+            warnings.append(f"{c.other.name} is not comparable with {base.name}: differs in {keys}")
+        if packing:
+            warnings.append(
+                f"{c.other.name} and {base.name} differ in the packing args DPPO turns on ({', '.join(packing)}): "
+                "the speedup includes packing gains; run the GRPO baseline with --train.dynamic_batch_enable "
+                "to measure pruning alone"
+            )
+    evaluated = {s.run.name: s.run.eval_results for s in summaries.values() if s.run.eval_results}
+    if len({(r.get("k"), tuple(sorted(r.get("benchmarks") or {}))) for r in evaluated.values()}) > 1:
+        sets = "; ".join(
+            f"{n}: k={r.get('k')}, {sorted(r.get('benchmarks') or {})}" for n, r in evaluated.items()
+        )
+        warnings.append(f"the eval_results.json files differ in k or benchmarks ({sets})")
+    label = (
+        None if not datasets else (datasets[0] if len(datasets) == 1 else "mean of " + ", ".join(datasets))
+    )
+    return Report(
+        settings, arm_list, comparisons, warnings, target, source, label, reward_target, reward_source
+    )

@@ -1,0 +1,85 @@
+"""The report's summary sentences: one per arm compared with the baseline.
+
+They lead with held-out accuracy on the training-time axis and say how large the noise is: the seed
+spread where an arm has several seeds (a difference within it is called so), the standard error of one
+eval point otherwise. Start-up never enters them (it is in no time axis), and a single eval point
+cannot make them (``report.curves``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from openrlhf_dppo.report.arms import Arm, Comparison, Report
+
+
+def _seeds(arm: Arm) -> str:
+    return f"{arm.name} ({arm.n} seed{'s' if arm.n != 1 else ''})"
+
+
+def _noise(within: bool | None, a: Arm, b: Arm, what: str) -> str:
+    if within is True:
+        return f"within the seed spread of the {what}"
+    if within is False:
+        return f"larger than the seed spread of the {what}"
+    if a.n == 1 and b.n == 1:
+        return "one seed per arm: no spread available"
+    return "too few seeds with a value for a spread"
+
+
+def _accuracy(c: Comparison) -> str:
+    b, o = c.baseline, c.other
+    text = f"final held-out accuracy {o.final.mean:.4f} vs {b.final.mean:.4f} ({c.final_delta:+.4f}, "
+    text += _noise(c.final_within_spread, b, o, "final accuracy")
+    se_b, se_o = b.curve.se(), o.curve.se()
+    if se_b is not None:
+        text += f"; SE of one eval point {se_b:.4f}"
+    if c.final_within_spread is None and se_b is not None and se_o is not None:
+        # no seed spread: the eval noise is all we can compare the difference with
+        se = math.sqrt(se_b**2 + se_o**2)
+        text += f", the difference is {'within' if abs(c.final_delta) <= 2 * se else 'beyond'} twice its SE {se:.4f}"
+    return text + ")"
+
+
+def _time_to_target(report: Report, c: Comparison) -> str:
+    b, o = c.baseline, c.other
+    target = f"{report.target:.4f}"
+    if b.ttt is None:
+        return f"the baseline's mean curve never reaches the target {target}"
+    if b.ttt == 0.0:
+        return f"the target {target} is met at the first evaluation: no time to accuracy"
+    reached = f"{o.ttt_seeds.k} of {o.ttt_seeds.n} seed{'s' if o.ttt_seeds.n != 1 else ''} reached it"
+    if o.ttt is None:
+        longest = max((s.train_time or 0.0) for s in o.members)
+        return f"did not reach the held-out target {target} in {longest:.1f} s of training ({reached})"
+    text = f"reached the held-out target {target} in {o.ttt:.1f} s of training vs {b.ttt:.1f} s: matched-accuracy "
+    text += f"ratio {c.ttt_ratio:.2f}"
+    if c.ttt_ratios.k > 1:
+        text += f" (seeds {c.ttt_ratios.lo:.2f}–{c.ttt_ratios.hi:.2f})"
+    text += f", {reached}; " + _noise(c.ttt_within_spread, b, o, "time to target")
+    return text
+
+
+def headline(report: Report) -> list[str]:
+    """One sentence per compared arm: as accurate as the baseline, in less training time?"""
+    out = []
+    for c in report.comparisons:
+        parts = [f"{_seeds(c.other)} vs {_seeds(c.baseline)}:"]
+        if c.baseline.seed_curves and c.other.seed_curves:
+            parts.append(_accuracy(c) + ";")
+            if report.target is not None:
+                parts.append(_time_to_target(report, c) + ";")
+        else:
+            missing = " and ".join(a.name for a in (c.other, c.baseline) if not a.seed_curves)
+            parts.append(f"no held-out eval in {missing}: time to accuracy not measured;")
+        if c.step_speedup is not None:
+            step = f"{c.step_speedup:.2f}x step-time speedup"
+            if c.step_efficiency is not None:
+                step += f" ({c.step_efficiency:.0%} of the ideal {c.ideal_speedup:.2f}x)"
+            parts.append(step)
+        else:
+            parts.append("no step-time speedup (too few steps)")
+        if not c.comparable:
+            parts.append("[configs differ: see warnings]")
+        out.append(" ".join(parts).rstrip(";"))
+    return out

@@ -1,0 +1,337 @@
+"""The run directory: the names of its files and metric keys, its writer and its one reader.
+
+A run directory (``--dppo.run_dir``, default ``--ckpt.output_dir``) holds
+- ``run_config.json``: the parsed arguments, the DPPO config, the algorithm, the hardware, the start time;
+- ``metrics.jsonl``: one JSON object per line, ``{"kind": "train"|"eval", "step": int, "time": unix,
+  "wall_time": s, ...metrics}``; one train line per step and one eval line per evaluation;
+- ``status.json``: ``{"state", "step", "max_steps", "updated", "reason"?}``, replaced atomically;
+- ``eval_results.json``: written by ``openrlhf-dppo eval`` (optional).
+
+The time keys the writer adds (the trainer does not compute them):
+- ``time/train_s`` (train and eval lines): training time so far, the sum of ``timing/step_total`` over
+  every step up to this one; start-up, evaluation and checkpointing are left out. A resumed run
+  continues it from the checkpoint's step.
+- ``time/startup_s`` (the first train line of a process): seconds from the process start
+  (``run_config.json``'s ``start_time``) to the start of that step.
+
+Standard library only: ``openrlhf-dppo compare`` reads run directories on a machine without torch or
+the host. Every consumer reads ``metrics.jsonl`` through :func:`read_metrics`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import socket
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+# ---- files ---------------------------------------------------------------------------------------
+RUN_CONFIG = "run_config.json"
+METRICS = "metrics.jsonl"
+STATUS = "status.json"
+EVAL_RESULTS = "eval_results.json"
+REPLACED = METRICS + ".replaced-"  # + n: the lines a resume cut from metrics.jsonl
+
+# ---- line kinds and the keys every line carries ----------------------------------------------------
+TRAIN, EVAL = "train", "eval"
+KIND, STEP, TIME, WALL_TIME = "kind", "step", "time", "wall_time"
+
+# ---- timing: OpenRLHF's phase timers (their sum is the step) and the writer's time axis ------------
+TIMING_PREFIX = "timing/"  # OpenRLHF sums every timing/* key of a step into timing/step_total
+GENERATION = "timing/generation"
+MAKE_EXPERIENCE = "timing/make_experience"
+PPO_TRAIN = "timing/ppo_train"
+BROADCAST = "timing/broadcast"
+STEP_TOTAL = "timing/step_total"
+PHASES = (GENERATION, MAKE_EXPERIENCE, PPO_TRAIN, BROADCAST)
+EVAL_TIME = "timing/eval"  # eval lines: seconds the evaluation took
+TRAIN_S = "time/train_s"
+STARTUP_S = "time/startup_s"
+
+# ---- learning -----------------------------------------------------------------------------------
+REWARD_MEAN = "rollout/reward_mean"  # mean raw reward over the rolled-out completions
+REWARD_HT = "rollout/reward_ht"  # Horvitz-Thompson estimate of the drawn batch's mean reward
+EVAL_PREFIX, PASS1_SUFFIX = "eval_", "_pass1"  # held-out accuracy: eval_<dataset>_pass1
+EVAL_NUM_SAMPLES = "eval_num_samples"  # eval lines: prompts x samples per prompt, all datasets
+
+# ---- accounting: generated = trained + pruned ----------------------------------------------------
+TOKENS_GENERATED, TOKENS_TRAINED, TOKENS_PRUNED = "tokens/generated", "tokens/trained", "tokens/pruned"
+SAMPLES_GENERATED, SAMPLES_TRAINED, SAMPLES_PRUNED = "samples/generated", "samples/trained", "samples/pruned"
+PROMPTS_DRAWN, PROMPTS_ROLLED_OUT, PROMPTS_PRUNED = "prompts/drawn", "prompts/rolled_out", "prompts/pruned"
+TOKEN_KEYS = (TOKENS_GENERATED, TOKENS_TRAINED, TOKENS_PRUNED)
+SAMPLE_KEYS = (SAMPLES_GENERATED, SAMPLES_TRAINED, SAMPLES_PRUNED)
+TOKENS_PER_SEC = "perf/tokens_per_sec"
+
+# ---- DPPO's own metrics (also named in core/metrics.py, which imports torch) ----------------------
+PROMPT_KEEP_FRAC = "dppo/prompt_keep_frac"
+COMPLETION_KEEP_FRAC = "dppo/completion_keep_frac"
+WEIGHT_MEAN, WEIGHT_MAX, WEIGHT_ESS = "dppo/weight_mean", "dppo/weight_max", "dppo/weight_ess"
+PACK_DENSITY, PACK_MICRO_BATCHES = "dppo/pack_density", "dppo/pack_micro_batches"
+PACK_LOWER_BOUND, PACK_RANK_IMBALANCE = "dppo/pack_lower_bound", "dppo/pack_rank_imbalance"
+
+# ---- status.json ----------------------------------------------------------------------------------
+STATES = ("running", "finished", "failed", "cancelled", "requeued")
+
+
+def pass1_key(dataset: str) -> str:
+    return f"{EVAL_PREFIX}{dataset}{PASS1_SUFFIX}"
+
+
+def pass1_dataset(key: str) -> str | None:
+    """``eval_<dataset>_pass1`` -> dataset; None for any other key."""
+    if key.startswith(EVAL_PREFIX) and key.endswith(PASS1_SUFFIX) and len(key) > 10:
+        return key[len(EVAL_PREFIX) : -len(PASS1_SUFFIX)]
+    return None
+
+
+# ---- reading ----------------------------------------------------------------------------------------
+def parse_metrics(text: str, name: str = METRICS, notes: list[str] | None = None) -> list[dict]:
+    """The JSON objects of a metrics.jsonl text, in file order.
+
+    A line that is not a JSON object is skipped and named in ``notes``: the last line (one the
+    trainer is writing right now) as "partial last line", any other (cut short by a kill before more
+    lines were appended) as "not valid JSON". Blank lines are ignored.
+    """
+    lines = text.splitlines()
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        elif notes is not None:
+            what = "a partial last line" if i == last else "a line that is not a JSON object"
+            notes.append(f"{name}: skipped {what} ({i + 1})")
+    return rows
+
+
+def read_metrics(run_dir: str | os.PathLike, notes: list[str] | None = None) -> list[dict]:
+    """Every line of ``run_dir/metrics.jsonl`` as a dict, in file order; [] when there is no file yet.
+
+    Lines that are not JSON objects are skipped (see :func:`parse_metrics`); ``notes``, when given,
+    collects what was skipped. Repeated steps are returned as written (a resumed run cuts its file
+    back, see :meth:`RunDir.resume`; :func:`last_per_step` keeps one line per step).
+    """
+    path = Path(run_dir) / METRICS
+    if not path.is_file():
+        return []
+    return parse_metrics(path.read_text(encoding="utf-8"), METRICS, notes)
+
+
+def last_per_step(rows: list[dict], kind: str) -> list[dict]:
+    """The lines of ``kind`` with an integer step, the last one for each step, sorted by step."""
+    table = {}
+    for row in rows:
+        if row.get(KIND) == kind and isinstance(row.get(STEP), int) and not isinstance(row[STEP], bool):
+            table[row[STEP]] = row
+    return [table[s] for s in sorted(table)]
+
+
+def number(value: Any) -> float | None:
+    """A finite int or float as float; None for anything else (bools, "nan" strings, lists)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def read_status(run_dir: str | os.PathLike) -> dict | None:
+    """status.json as a dict; None when there is none. A broken file raises ValueError naming it."""
+    path = Path(run_dir) / STATUS
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+# ---- writing ------------------------------------------------------------------------------------
+def _write_json(path: Path, obj) -> None:
+    """Write ``obj`` to ``path`` atomically (a reader sees the old or the new file, never half)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=1)
+    os.replace(tmp, path)
+
+
+def write_status(run_dir: str | os.PathLike, state: str, step: int | None, **extra) -> dict:
+    """Replace status.json: ``{"state", "step", "max_steps", "updated", **extra}`` (e.g. ``reason``).
+
+    ``step=None`` keeps the step of the current file (0 without one), so that a launcher that does not
+    know the step cannot set it back; ``max_steps`` is kept likewise unless given.
+    """
+    if state not in STATES:
+        raise ValueError(f"status state must be one of {', '.join(STATES)}; got {state!r}")
+    old = {}
+    try:
+        old = read_status(run_dir) or {}
+    except ValueError:
+        pass  # a broken status file is replaced
+    status = {
+        "state": state,
+        "step": int(old.get("step", 0) if step is None else step),
+        "max_steps": extra.pop("max_steps", old.get("max_steps")),
+        "updated": time.time(),
+    }
+    status.update({k: v for k, v in extra.items() if v is not None})
+    _write_json(Path(run_dir) / STATUS, status)
+    return status
+
+
+def to_plain(obj):
+    """Nested namespaces / dicts / sequences / tensors -> JSON-able values; anything else: its str.
+
+    Tensors and numpy values are recognised by their ``item``/``tolist`` methods (no torch import); a
+    non-finite float becomes its string ("nan", "inf") so that every line stays valid JSON.
+    """
+    if isinstance(obj, SimpleNamespace):
+        return {k: to_plain(v) for k, v in vars(obj).items()}
+    if isinstance(obj, dict):
+        return {str(k): to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if hasattr(obj, "tolist") and hasattr(obj, "item"):  # torch.Tensor, numpy array or scalar
+        size = getattr(obj, "numel", None)
+        one = (size() if callable(size) else getattr(obj, "size", 1)) == 1
+        return to_plain(obj.item() if one else obj.tolist())
+    return str(obj)
+
+
+def hardware() -> dict:
+    """Host name, CPU and the GPUs torch sees (when the process has imported torch)."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    gpus = (
+        [cuda.get_device_name(i) for i in range(cuda.device_count())] if cuda and cuda.is_available() else []
+    )
+    return {
+        "hostname": socket.gethostname(),
+        "cpu": platform.processor() or platform.machine(),
+        "num_cpus": os.cpu_count(),
+        "gpus": gpus,
+        "num_gpus": len(gpus),
+    }
+
+
+class RunDir:
+    """The trainer's writer: run_config.json, one metrics line per step and evaluation, status.json.
+
+    ``RunDir(path, max_steps)``; ``write_config(args, dppo_config, algo)`` once at start; ``log(kind,
+    step, values)`` per train step / evaluation; ``status(state, step)``; ``resume(step)`` when a
+    checkpoint at ``step`` has been restored (or none: step 0).
+    """
+
+    def __init__(self, path: str | os.PathLike, max_steps: int | None = None) -> None:
+        self.path = Path(path)
+        self.max_steps = max_steps
+        self.start = time.time()  # origin of wall_time
+        self.start_time = self.start  # process start (run_config.json), origin of time/startup_s
+        self.train_s = 0.0
+        self._own_lines = 0  # lines this process appended: a resume never cuts them
+        self._first_train = True
+        self.path.mkdir(parents=True, exist_ok=True)
+        metrics = self.path / METRICS
+        if metrics.is_file() and metrics.stat().st_size:
+            with open(metrics, "rb+") as fh:  # end a line cut short by a kill: ours start on a new line
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    fh.write(b"\n")
+
+    def write_config(self, args, dppo_config, algo: str) -> None:
+        from openrlhf_dppo import __version__
+        from openrlhf_dppo._host import installed_openrlhf_version
+
+        meta = getattr(args, "dppo_meta", None)
+        self.start_time = float(getattr(meta, "start_time", None) or self.start)
+        config = {
+            "openrlhf_dppo_version": __version__,
+            "openrlhf_version": installed_openrlhf_version(),
+            "argv": list(getattr(meta, "argv", []) or []),
+            "args": to_plain({k: v for k, v in vars(args).items() if k != "dppo_meta"}),
+            "dppo": dppo_config.asdict(),
+            "algo": algo,
+            "hardware": hardware(),
+            "start_time": self.start_time,
+        }
+        _write_json(self.path / RUN_CONFIG, config)
+
+    def log(self, kind: str, step: int, values: dict) -> dict:
+        """Append one line; adds ``time``, ``wall_time`` and the time/* keys (they win over ``values``)."""
+        now = time.time()
+        line = {KIND: kind, STEP: int(step), TIME: now, WALL_TIME: now - self.start}
+        line.update({k: to_plain(v) for k, v in values.items() if k != "generated_samples"})
+        if kind == TRAIN:
+            total = number(line.get(STEP_TOTAL))
+            self.train_s += total or 0.0
+            if self._first_train:
+                line[STARTUP_S] = max(now - (total or 0.0) - self.start_time, 0.0)
+                self._first_train = False
+        line[TRAIN_S] = self.train_s
+        with open(self.path / METRICS, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
+        self._own_lines += 1
+        return line
+
+    def status(self, state: str, step: int | None, reason: str | None = None) -> dict:
+        return write_status(self.path, state, step, max_steps=self.max_steps, reason=reason)
+
+    def resume(self, step: int) -> int:
+        """Cut metrics.jsonl back to a restored checkpoint at ``step``; returns the number of lines cut.
+
+        Of the lines earlier processes wrote, those with a step <= ``step`` are kept and the rest (the
+        steps after the checkpoint, which this process will redo, and lines that are not JSON) go to
+        ``metrics.jsonl.replaced-<n>``; at step 0 (no checkpoint: the run starts afresh) none is kept.
+        Lines this process already wrote are never cut. ``time/train_s`` continues from the kept
+        lines, so the file again has one line per step and a time that never goes back. A resume
+        from a checkpoint (step > 0) also marks the run running at that step in status.json.
+        """
+        if step > 0:
+            self.status("running", step)
+        path = self.path / METRICS
+        if not path.is_file():
+            return 0
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        inherited, own = lines[: len(lines) - self._own_lines], lines[len(lines) - self._own_lines :]
+        keep, cut = [], []
+        for line in inherited:
+            row = parse_metrics(line)
+            s = row[0].get(STEP) if row else None
+            kept = step > 0 and isinstance(s, int) and not isinstance(s, bool) and s <= step
+            (keep if kept else cut).append(line)
+        self.train_s = _train_time_after(parse_metrics("\n".join(keep + own)))
+        if not cut:
+            return 0
+        n = 1 + sum(1 for p in self.path.iterdir() if p.name.startswith(REPLACED))
+        (self.path / f"{REPLACED}{n}").write_text("".join(x + "\n" for x in cut), encoding="utf-8")
+        tmp = self.path / f".{METRICS}.tmp"
+        tmp.write_text("".join(x + "\n" for x in keep + own), encoding="utf-8")
+        os.replace(tmp, path)
+        return len(cut)
+
+
+def _train_time_after(rows: list[dict]) -> float:
+    """Training time at the end of ``rows``: the last train line's time/train_s, or (older files
+    without it) the sum of timing/step_total over one line per step."""
+    train = last_per_step(rows, TRAIN)
+    if not train:
+        return 0.0
+    last = number(train[-1].get(TRAIN_S))
+    return last if last is not None else sum(number(r.get(STEP_TOTAL)) or 0.0 for r in train)
