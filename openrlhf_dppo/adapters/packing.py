@@ -1,5 +1,6 @@
-"""The ``openrlhf`` packer: OpenRLHF 0.11.2's own dynamic-batch partitioning, registered in core's
-``PACKERS`` so that ``--dppo.packer openrlhf`` runs DPPO with the host's packing for comparison.
+"""The ``openrlhf`` packer: OpenRLHF 0.11.2's own dynamic-batch partitioning, so that
+``--dppo.packer openrlhf`` runs DPPO with the host's packing for comparison. Core declares the name
+(``core/packing.py``: valid without this module); importing this module registers the implementation.
 
 OpenRLHF (``NaiveReplayBuffer.setup_dynamic_batch``) takes the micro-batch count from a first-fit pass
 under the token budget and then balances the sequences over that many partitions by token sum

@@ -1,5 +1,12 @@
 """``DPPOConfig``: the one frozen configuration of the method, built once at the boundary (the CLI's
-``--dppo.*`` flags) and passed on as plain values; core functions never take it."""
+``--dppo.*`` flags) and passed on as plain values; core functions never take it.
+
+Each field's help text and the source of its choices (a ``Registry`` or a tuple, read when asked, so a
+newly registered name is a valid choice at once) are written once, in the field's metadata
+(``option(...)``). The CLI's ``--dppo.*`` group, its ``--help`` and the README's flag table are
+generated from them (``openrlhf_dppo.cli.flags``). Every rejection raises ``DPPOConfigError``, which
+carries the field, the value and the reason.
+"""
 
 from __future__ import annotations
 
@@ -15,40 +22,114 @@ from openrlhf_dppo.core.weights import TOKEN_NORMALIZERS
 PROMPT_BATCH_MODES = ("shrink", "refill")
 
 
+class DPPOConfigError(ValueError):
+    """A field value the method cannot run with. ``field`` is the field's name (the flag is
+    ``--dppo.<field>``), ``value`` what was given, ``reason`` why it is refused."""
+
+    def __init__(self, field: str, value, reason: str) -> None:
+        self.field, self.value, self.reason = field, value, reason
+        super().__init__(f"dppo.{field}={value!r} {reason}")
+
+
+def option(default, help: str, choices=None, default_text: str | None = None):
+    """A dataclass field that is also a ``--dppo.<name>`` flag.
+
+    help: the one description of the field (``--help``, README).  choices: a ``Registry`` or a tuple
+    of valid names, or None.  default_text: how the default is shown when it is not a plain value.
+    """
+    return dataclasses.field(
+        default=default, metadata={"help": help, "choices": choices, "default_text": default_text}
+    )
+
+
+def field_choices(field: dataclasses.Field) -> list[str] | None:
+    """The valid names of a field built by ``option`` (registry order: sorted; tuple order: as written)."""
+    source = field.metadata.get("choices")
+    return None if source is None else list(source)
+
+
 @dataclass(frozen=True)
 class DPPOConfig:
-    """DPPO settings (METHOD.md). Rates are pruning rates: the keep fraction is 1 - rate.
+    """DPPO settings (METHOD.md). Rates are pruning rates: the keep fraction is 1 - rate. The meaning
+    of each field is its ``help`` metadata (``python -m openrlhf_dppo.cli.flags_table`` prints them)."""
 
-    enable: turn DPPO on (off: plain GRPO through the same code path).
-    prompt_prune_rate r_q, completion_prune_rate r_o: in [0, 1).
-    completion_policy: a name in COMPLETION_POLICIES ("uniform-low", "proportional").
-    q_min, p_min: keep-probability floors in (0, 1], at most the keep fraction of their level.
-    sampling: a name in SAMPLING_DESIGNS ("bernoulli", "systematic").
-    packer: a name in PACKERS ("window", "ffd"); pack_window: open bins of the window packer (>= 1).
-    seed: base seed of the pruning draws.
-    history_decay: in [0, 1), weight of the past per rollout; history_prior: Beta prior strength > 0.
-    reward_kind: "auto", "binary" or "continuous" (how the prompt score reads rewards).
-    prompt_batch: "shrink" (pruned prompts are not replaced) or "refill" (the adapter draws more).
-    drop_zero_advantage: completions with A == 0 get p = 0 (only used without KL/entropy terms).
-    token_normalizer: "ht" (Horvitz-Thompson token count) or "constant" for token-mean losses.
-    """
-
-    enable: bool = True
-    prompt_prune_rate: float = 0.0
-    completion_prune_rate: float = 0.0
-    completion_policy: str = "uniform-low"
-    q_min: float = 0.1
-    p_min: float = 0.1
-    sampling: str = "systematic"
-    packer: str = "window"
-    pack_window: int = 8
-    seed: int = 42
-    history_decay: float = 0.5
-    history_prior: float = 1.0
-    reward_kind: str = "auto"
-    prompt_batch: str = "shrink"
-    drop_zero_advantage: bool = True
-    token_normalizer: str = "ht"
+    enable: bool = option(
+        True,
+        "true: DPPO; false: exactly OpenRLHF's GRPO run (OpenRLHF's samples generator, experience maker, "
+        "actor and numbers); only the run-directory files are added",
+    )
+    prompt_prune_rate: float = option(
+        0.0, "target fraction r_q of the drawn prompts pruned before rollout (never generated), in [0, 1)"
+    )
+    completion_prune_rate: float = option(
+        0.0,
+        "target fraction r_o of the rolled-out completions pruned before the actor / reference forward "
+        "passes, in [0, 1)",
+    )
+    completion_policy: str = option(
+        "uniform-low",
+        "completion keep probabilities: uniform-low (completions with |A| below the batch mean are pruned "
+        "at one rate, the rest kept) or proportional (p = clip(lambda |A|, p_min, 1))",
+        choices=COMPLETION_POLICIES,
+    )
+    q_min: float = option(
+        0.1,
+        "floor of every prompt keep probability, in (0, 1] and at most 1 - r_q; > 0 keeps the estimator "
+        "unbiased",
+    )
+    p_min: float = option(
+        0.1,
+        "floor of every completion keep probability whose gradient may be non-zero, in (0, 1] and at most "
+        "1 - r_o",
+    )
+    sampling: str = option(
+        "systematic",
+        "sampling design of both masks: systematic (fixed kept count; the completion count is a multiple "
+        "of the data-parallel size) or bernoulli (independent draws)",
+        choices=SAMPLING_DESIGNS,
+    )
+    packer: str = option(
+        "window",
+        "micro-batch packer under --train.max_tokens_per_gpu: window (window-based greedy best fit, the "
+        "paper's), ffd (first-fit decreasing) or openrlhf (OpenRLHF's own balanced partitions, for "
+        "comparison; may exceed the budget like the host does)",
+        choices=PACKERS,
+    )
+    pack_window: int = option(8, "open buffers of the window packer, >= 1")
+    seed: int = option(
+        42,
+        "seed of the pruning draws; the prompt draw k and the completion draw of step t use their own "
+        "streams of (seed, k) and (seed, t), so a resumed run repeats them",
+    )
+    history_decay: float = option(
+        0.5, "per-rollout decay of a prompt's success / reward-variance statistics, in [0, 1)"
+    )
+    history_prior: float = option(1.0, "Beta(prior, prior) pseudo-count of the success estimate, > 0")
+    reward_kind: str = option(
+        "auto",
+        "prompt score: binary P(G samples not all equal), continuous the estimated reward std, auto "
+        "binary while every reward seen is 0 or 1",
+        choices=REWARD_KINDS,
+    )
+    prompt_batch: str = option(
+        "shrink",
+        "shrink: a step rolls out only the kept prompts (a smaller, cheaper step); refill: floor(B / (1 - "
+        "r_q)) prompts are drawn so that about B = --rollout.batch_size are rolled out (needs "
+        "--dppo.sampling systematic)",
+        choices=PROMPT_BATCH_MODES,
+    )
+    drop_zero_advantage: bool = option(
+        True,
+        "completions with A == 0 exactly get p = 0 (exact and free); applied only when no KL term (in "
+        "reward or loss) and no entropy term can give them a gradient",
+    )
+    token_normalizer: str = option(
+        "ht",
+        "token-mean normaliser Z: ht = sum over rolled-out prompts of (1/q_j) x (response tokens of all G "
+        "completions), exact without prompt pruning and consistent with it; constant = B x G x "
+        "--rollout.max_new_tokens (--data.max_len when unset; Dr.GRPO style, exactly unbiased)",
+        choices=TOKEN_NORMALIZERS,
+    )
 
     def __post_init__(self) -> None:
         for name in ("enable", "drop_zero_advantage"):
@@ -76,12 +157,10 @@ class DPPOConfig:
                 f"exceeds the completion keep fraction 1 - completion_prune_rate = "
                 f"{1 - self.completion_prune_rate:g}: the floor alone would keep more than the budget",
             )
-        _choice("completion_policy", self.completion_policy, COMPLETION_POLICIES.names())
-        _choice("sampling", self.sampling, SAMPLING_DESIGNS.names())
-        _choice("packer", self.packer, PACKERS.names())
-        _choice("reward_kind", self.reward_kind, REWARD_KINDS)
-        _choice("prompt_batch", self.prompt_batch, PROMPT_BATCH_MODES)
-        _choice("token_normalizer", self.token_normalizer, TOKEN_NORMALIZERS)
+        for f in dataclasses.fields(self):
+            valid = field_choices(f)
+            if valid is not None and getattr(self, f.name) not in valid:
+                _reject(f.name, getattr(self, f.name), f"is not one of: {', '.join(valid)}")
         if not _is_int(self.pack_window) or self.pack_window < 1:
             _reject("pack_window", self.pack_window, "must be an integer >= 1 (number of open bins)")
         if not _is_int(self.seed):
@@ -123,9 +202,4 @@ def _is_int(v) -> bool:
 
 
 def _reject(name: str, value, why: str) -> None:
-    raise ValueError(f"dppo.{name}={value!r} {why}")
-
-
-def _choice(name: str, value, valid) -> None:
-    if value not in valid:
-        _reject(name, value, f"is not one of: {', '.join(valid)}")
+    raise DPPOConfigError(name, value, why)

@@ -1,7 +1,8 @@
 """Dense Prompt Packing (METHOD.md, "Dense Prompt Packing"): pack kept sequences into micro-batches of
 at most ``capacity`` tokens and spread them over data-parallel ranks.
 
-Packers, registered in ``PACKERS`` (each maps lengths to bins; the distribution step is shared):
+Packers, registered in ``PACKERS`` (each maps lengths to bins; the distribution step is shared; the
+``openrlhf`` packer is declared here and registered by ``openrlhf_dppo.adapters.packing``):
 - ``window`` (the paper's window-based greedy): sequences sorted by length, longest first (ties by
   index); at most ``window`` open bins; each sequence goes to the open bin it fills best (least room
   left that still fits); when none fits, a new bin is opened and, if ``window`` bins are open already,
@@ -42,6 +43,9 @@ from openrlhf_dppo.core.metrics import PACK_DENSITY, PACK_LOWER_BOUND, PACK_MICR
 from openrlhf_dppo.core.registry import Registry
 
 PACKERS = Registry("packer")
+# OpenRLHF's own balanced partitioning, for comparison: the name is valid everywhere, the implementation
+# is registered by the adapter (core never imports the host).
+PACKERS.declare("openrlhf", provider="openrlhf_dppo.adapters.packing")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,12 @@
 """A tiny name -> function registry, used only on the axes that really vary (keep-probability policy,
 sampling design, packer). A second registration of a taken name is refused; an unknown name raises a
-``ValueError`` that lists the valid ones."""
+``ValueError`` that lists the valid ones.
+
+A name whose implementation lives above core (the ``openrlhf`` packer wraps OpenRLHF's own
+partitioning, and core never imports the host) is *declared* here with the module that provides it:
+the name is valid at once (``DPPOConfig(packer="openrlhf")`` needs no import order), and the provider
+fills it in with the usual ``register`` when it is imported. Core never imports the provider itself.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +21,18 @@ class Registry:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, Callable] = {}
+        self._providers: dict[str, str] = {}  # declared name -> module that registers it
+
+    def declare(self, name: str, provider: str) -> None:
+        """Make ``name`` valid now; its implementation is registered when module ``provider`` is
+        imported (by the code that runs it). Raises ``ValueError`` if the name is taken."""
+        if name in self:
+            raise ValueError(f"{self.kind} {name!r} is already registered; pick another name")
+        self._providers[name] = provider
 
     def register(self, name: str) -> Callable[[F], F]:
-        """Decorator: ``@REG.register("name")``. Raises ``ValueError`` if the name is taken."""
+        """Decorator: ``@REG.register("name")``. Raises ``ValueError`` if the name is taken (a declared
+        name may be registered once, by anyone: the declaration only reserves it)."""
 
         def deco(fn: F) -> F:
             if name in self._items:
@@ -28,24 +43,27 @@ class Registry:
         return deco
 
     def get(self, name: str) -> Callable:
-        try:
+        if name in self._items:
             return self._items[name]
-        except KeyError:
+        if name in self._providers:
             raise ValueError(
-                f"unknown {self.kind} {name!r}; valid: {', '.join(sorted(self._items))}"
-            ) from None
+                f"{self.kind} {name!r} is implemented in {self._providers[name]}, which has not been "
+                f"imported in this process; import it first (the training entry point and the adapters do)"
+            )
+        raise ValueError(f"unknown {self.kind} {name!r}; valid: {', '.join(self.names())}")
 
     def names(self) -> list[str]:
-        return sorted(self._items)
+        """Every valid name, registered or declared, sorted."""
+        return sorted(set(self._items) | set(self._providers))
 
     def __contains__(self, name: object) -> bool:
-        return name in self._items
+        return name in self._items or name in self._providers
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._items))
+        return iter(self.names())
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self.names())
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, {self.names()})"

@@ -1,11 +1,15 @@
-"""DPPOConfig: defaults, every rejection names its field and says why, namespace construction."""
+"""DPPOConfig: defaults, every rejection names its field and says why, namespace construction; the
+registries its choices come from do not depend on import order."""
 
 import argparse
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 
-from openrlhf_dppo.core import DPPOConfig
+from openrlhf_dppo.core import DPPOConfig, Registry
+from openrlhf_dppo.core.config import DPPOConfigError
 
 
 def test_defaults_match_design():
@@ -67,8 +71,12 @@ def test_defaults_match_design():
     ],
 )
 def test_rejections_name_the_field(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(DPPOConfigError, match=match) as exc:
         DPPOConfig(**kwargs)
+    # the error carries the field, so the CLI names the flag without reading the message
+    assert str(exc.value).startswith(f"dppo.{exc.value.field}={exc.value.value!r} {exc.value.reason}")
+    assert exc.value.field == match.split("=")[0].removeprefix("dppo.")
+    assert isinstance(exc.value, ValueError)
 
 
 def test_valid_pruning_setup():
@@ -84,3 +92,54 @@ def test_from_namespace_flat_nested_and_dict():
     assert DPPOConfig.from_namespace(nested).completion_policy == "proportional"
     assert DPPOConfig.from_namespace({"pack_window": 4}).pack_window == 4
     assert DPPOConfig.from_namespace(c.asdict()) == c
+
+
+def test_every_field_has_help_and_the_choice_fields_read_their_registry():
+    for f in dataclasses.fields(DPPOConfig):
+        assert f.metadata.get("help"), f.name
+    choices = {f.name: f.metadata["choices"] for f in dataclasses.fields(DPPOConfig) if f.metadata["choices"]}
+    assert set(choices) == {
+        "completion_policy", "sampling", "packer", "reward_kind", "prompt_batch", "token_normalizer"
+    }  # fmt: skip
+    from openrlhf_dppo.core import COMPLETION_POLICIES, PACKERS, SAMPLING_DESIGNS
+
+    assert choices["packer"] is PACKERS and choices["sampling"] is SAMPLING_DESIGNS
+    assert choices["completion_policy"] is COMPLETION_POLICIES
+
+
+def test_the_host_packer_is_valid_in_a_process_that_imported_only_core():
+    code = (
+        "import sys\n"
+        "from openrlhf_dppo.core import DPPOConfig, PACKERS\n"
+        "assert DPPOConfig(packer='openrlhf').packer == 'openrlhf'\n"
+        "assert 'openrlhf' in PACKERS.names()\n"
+        "try:\n"
+        "    PACKERS.get('openrlhf')\n"
+        "except ValueError as err:\n"
+        "    print('GET:', err)\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('openrlhf', 'ray') or m.startswith('openrlhf_dppo.adapters'))\n"
+        "print('LOADED:', loaded)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "LOADED: []" in out.stdout  # neither the adapter nor the host was imported
+    assert "GET: packer 'openrlhf' is implemented in openrlhf_dppo.adapters.packing" in out.stdout
+
+
+def test_a_declared_name_is_valid_at_once_and_registered_once_by_its_provider():
+    reg = Registry("thing")
+    reg.register("a")(len)
+    reg.declare("hosted", provider="some.module")
+    assert reg.names() == ["a", "hosted"] and "hosted" in reg and len(reg) == 2
+    with pytest.raises(
+        ValueError, match="'hosted' is implemented in some.module, which has not been imported"
+    ):
+        reg.get("hosted")
+    with pytest.raises(ValueError, match=r"unknown thing 'b'; valid: a, hosted"):
+        reg.get("b")
+    reg.register("hosted")(abs)
+    assert reg.get("hosted") is abs and reg.names() == ["a", "hosted"]
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register("hosted")(abs)
+    with pytest.raises(ValueError, match="already registered"):
+        reg.declare("a", provider="x")

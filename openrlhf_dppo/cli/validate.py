@@ -1,0 +1,267 @@
+"""Bad input stops here, before OpenRLHF's own validation and long before Ray starts.
+
+``validate(flags, check_inputs=...)`` runs on the parsed, still flat namespace (``{"train.batch_size":
+128, "dppo.q_min": 0.1, ...}``) inside the parse hook of ``train_dppo_ray``. Every refusal is a
+``FlagError`` that names the flag (and the file, when one is missing) and says what was expected. In
+this order:
+
+1. DPPO's own flags (``DPPOConfig``, ``RunOptions``): the field's error names ``--dppo.<field>``.
+2. What DPPO needs from the rest of the command (only with DPPO on): vLLM engines, rewards on the
+   rollouts (``--reward.remote_url`` or ``--train.agent_func_path``), a group advantage estimator, ...
+3. Budgets and sequence limits (both arms where the host needs them too).
+4. The inputs named on the command line exist (``check_inputs``; both arms): model, datasets, reward
+   file or URL, agent file. Rule for names that may be Hugging Face Hub ids (models, datasets):
+   a name that exists on this machine is used as it is; a name that only a local path can be (it starts
+   with ``/``, ``./``, ``../`` or ``~``, has more than one ``/``, or -- datasets -- ends in a data-file
+   or ``.py`` extension, which OpenRLHF always loads from disk) must exist; any other name is taken
+   as a Hub id (``name`` or ``namespace/name``) and left to the download. A name that is neither a
+   local path nor a valid Hub id is refused.
+
+Imports no host module (OpenRLHF, Ray, DeepSpeed, vLLM).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+from openrlhf_dppo.cli.flags import build_options, dppo_values_from_flags
+from openrlhf_dppo.core.config import DPPOConfig, DPPOConfigError
+
+#: estimators whose advantages DPPO computes on the full groups (core.group_advantages)
+GROUP_ESTIMATORS = ("group_norm", "dr_grpo")
+#: extensions OpenRLHF's blending_datasets always loads as local files
+DATA_FILE_EXTENSIONS = (".json", ".jsonl", ".csv", ".parquet", ".arrow", ".py")
+_HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+_HUB_ID = re.compile(rf"^{_HUB_PART}(?:/{_HUB_PART})?$")
+
+
+class FlagError(ValueError):
+    """A flag value (or the file it names) the run cannot start with. ``flag``: e.g. ``--dppo.q_min``."""
+
+    def __init__(self, flag: str, message: str) -> None:
+        self.flag, self.message = flag, message
+        super().__init__(f"{flag}: {message}")
+
+
+def validate(flags: dict, check_inputs: bool = True):
+    """Check a parsed command line; returns (DPPOConfig, RunOptions). Raises FlagError.
+
+    flags: the flat namespace as a dict (``vars(parser.parse_args(argv))``), before OpenRLHF's
+    validation has touched it.  check_inputs: look for the named files on this machine.
+    """
+    try:
+        cfg, run = build_options(dppo_values_from_flags(flags))
+    except DPPOConfigError as err:
+        raise FlagError(f"--dppo.{err.field}", f"{err.value!r} {err.reason}") from err
+    if flags["train.async_enable"]:
+        raise FlagError(
+            "--train.async_enable",
+            "not supported by train_dppo_ray. The async trainer generates batch k+1 while batch k trains, so "
+            "the prompt keep probabilities would come from a stale history and its trainer has other seams; "
+            "run synchronously (the GRPO baseline too, so the two are comparable).",
+        )
+    if cfg.enable:
+        check_dppo_requirements(flags, cfg)
+    check_limits(flags, dppo=cfg.enable)
+    if check_inputs:
+        check_input_files(flags)
+    return cfg, run
+
+
+def check_dppo_requirements(flags: dict, cfg: DPPOConfig) -> None:
+    """What a DPPO run needs from OpenRLHF's flags, with the reason."""
+    engines = flags["vllm.num_engines"]
+    if engines is None or engines < 1:
+        raise FlagError(
+            "--vllm.num_engines",
+            f"DPPO needs vLLM engines (got {engines}; e.g. --vllm.num_engines 1): it prunes prompts before "
+            "vLLM generates them, and it trains through OpenRLHF's packed micro-batches, which OpenRLHF "
+            "runs only with vLLM.",
+        )
+    est = flags["algo.advantage.estimator"]
+    if est == "gae":
+        raise FlagError(
+            "--algo.advantage.estimator",
+            "gae: DPPO prunes whole completions by their group advantage and skips their forward passes; a "
+            "critic (GAE) needs every sequence. Use group_norm or dr_grpo.",
+        )
+    if est not in GROUP_ESTIMATORS:
+        raise FlagError(
+            "--algo.advantage.estimator",
+            f"{est}: DPPO computes advantages on the full groups (core.group_advantages) and needs a group "
+            f"estimator: {' or '.join(GROUP_ESTIMATORS)}.",
+        )
+    if not flags["reward.remote_url"] and not flags["train.agent_func_path"]:
+        raise FlagError(
+            "--reward.remote_url",
+            "DPPO needs the rewards on the rollouts (to compute advantages before the forward passes it "
+            "skips). Pass --reward.remote_url <reward function .py file or http(s) URL> or "
+            "--train.agent_func_path <agent .py file>; a reward model (--reward.model_name_or_path) scores "
+            "too late.",
+        )
+    if flags["rollout.n_samples_per_prompt"] < 2:
+        raise FlagError("--rollout.n_samples_per_prompt", "DPPO needs groups of at least 2 completions")
+    if (flags.get("data.max_images_per_prompt") or 0) > 0:
+        raise FlagError(
+            "--data.max_images_per_prompt",
+            "DPPO trains through packed micro-batches, which OpenRLHF 0.11.2 does not support for "
+            "vision-language models.",
+        )
+    gen = flags["rollout.vllm_generate_batch_size"]
+    if gen is not None and gen != flags["rollout.batch_size"]:
+        raise FlagError(
+            "--rollout.vllm_generate_batch_size",
+            "DPPO prunes each step's drawn prompt batch; it must equal --rollout.batch_size.",
+        )
+    if cfg.prompt_batch == "refill" and cfg.prompt_prune_rate > 0 and cfg.sampling != "systematic":
+        raise FlagError(
+            "--dppo.prompt_batch",
+            "refill needs --dppo.sampling systematic (a fixed kept count keeps the rolled-out batch within "
+            "--rollout.batch_size).",
+        )
+    coef = flags["actor.aux_loss_coef"]
+    if coef and coef > 0:
+        raise FlagError(
+            "--actor.aux_loss_coef",
+            f"{coef}: the MoE load-balancing loss is one term per micro-batch (router statistics over all its "
+            "tokens), not a sum over sequences, so it cannot carry DPPO's per-sequence weights 1/(q p) and "
+            "the pruned objective would be biased. Use --actor.aux_loss_coef 0 with DPPO (or --dppo.enable "
+            "false for the GRPO baseline).",
+        )
+
+
+def check_limits(flags: dict, dppo: bool) -> None:
+    """Token budgets and sequence limits. Packed micro-batches (DPPO, or --train.dynamic_batch_enable)
+    need positive budgets and vLLM engines; DPPO needs every possible sequence to fit the budget."""
+    max_len, new = flags["data.max_len"], flags["rollout.max_new_tokens"]
+    if max_len < 2:
+        raise FlagError(
+            "--data.max_len", f"{max_len}: a sequence needs at least one prompt and one response token"
+        )
+    if new is not None and new < 1:
+        raise FlagError(
+            "--rollout.max_new_tokens", f"{new}: must be >= 1 (or unset: max_len - prompt length)"
+        )
+    if new is not None and new >= max_len:
+        raise FlagError(
+            "--rollout.max_new_tokens",
+            f"{new} leaves no room for the prompt within --data.max_len {max_len} (OpenRLHF cuts each prompt "
+            "to max_len - max_new_tokens tokens); lower it or raise --data.max_len.",
+        )
+    if not (dppo or flags["train.dynamic_batch_enable"]):
+        return
+    engines = flags["vllm.num_engines"]
+    if engines is None or engines < 1:
+        raise FlagError(
+            "--vllm.num_engines",
+            f"got {engines}: --train.dynamic_batch_enable (packed micro-batches) runs only with vLLM engines "
+            "in OpenRLHF 0.11.2.",
+        )
+    for flag in ("train.max_tokens_per_gpu", "rollout.max_tokens_per_gpu"):
+        budget = flags[flag]
+        if budget is not None and budget < 1:
+            raise FlagError(f"--{flag}", f"{budget}: a token budget per GPU must be >= 1")
+    budget = flags["train.max_tokens_per_gpu"]
+    if dppo and max_len > budget:
+        raise FlagError(
+            "--data.max_len",
+            f"{max_len} exceeds --train.max_tokens_per_gpu {budget}: a rollout (prompt + response) can be "
+            "--data.max_len tokens long, and DPPO's packer never splits or truncates a sequence. Lower "
+            "--data.max_len (with --rollout.max_new_tokens) or raise --train.max_tokens_per_gpu.",
+        )
+
+
+def check_input_files(flags: dict) -> None:
+    """The model, datasets, reward function and agent named on the command line exist (rule: module doc)."""
+    model = flags["actor.model_name_or_path"]
+    if not model:
+        raise FlagError(
+            "--actor.model_name_or_path", "required: a local model directory or a Hugging Face Hub id"
+        )
+    _check_model("--actor.model_name_or_path", model)
+    if flags["algo.advantage.estimator"] == "gae" and flags["critic.model_name_or_path"]:
+        _check_model("--critic.model_name_or_path", flags["critic.model_name_or_path"])
+    for name in (flags["reward.model_name_or_path"] or "").split(","):
+        if name.strip():
+            _check_model("--reward.model_name_or_path", name.strip())
+    if not flags["data.prompt_dataset"]:
+        raise FlagError(
+            "--data.prompt_dataset", "required: a local data file or directory, or a Hugging Face Hub id"
+        )
+    _check_datasets("--data.prompt_dataset", flags["data.prompt_dataset"])
+    if flags["eval.dataset"]:
+        _check_datasets("--eval.dataset", flags["eval.dataset"])
+    agent = flags["train.agent_func_path"]
+    if agent:  # OpenRLHF then ignores --reward.remote_url: the agent returns the rewards
+        if not agent.endswith(".py"):
+            raise FlagError(
+                "--train.agent_func_path", f"{agent}: expected a Python file (.py) with an AgentExecutor"
+            )
+        if not os.path.isfile(agent):
+            raise FlagError("--train.agent_func_path", f"{agent}: no such file")
+    elif flags["reward.remote_url"]:
+        _check_reward_urls(flags["reward.remote_url"])
+
+
+def is_hub_id(name: str) -> bool:
+    """``name`` or ``namespace/name`` as the Hugging Face Hub spells repository ids."""
+    return bool(_HUB_ID.match(name)) and "--" not in name and ".." not in name
+
+
+def _only_local(name: str) -> bool:
+    return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path) or os.path.exists(os.path.expanduser(path))
+
+
+def _check_model(flag: str, name: str) -> None:
+    if _exists(name):
+        return
+    if _only_local(name) or not is_hub_id(name):
+        raise FlagError(
+            flag, f"{name}: no such local path, and not a Hugging Face Hub id (name or namespace/name)"
+        )
+
+
+def _check_datasets(flag: str, value: str) -> None:
+    """OpenRLHF's form: comma-separated entries, each ``path_or_id[@data_dir]``."""
+    for entry in value.split(","):
+        name = entry.split("@")[0].strip()
+        if not name:
+            raise FlagError(flag, f"{value!r} has an empty dataset entry")
+        if "://" in name or _exists(name):
+            continue
+        ext = os.path.splitext(name)[1].lower()
+        if ext in DATA_FILE_EXTENSIONS:
+            if any(c in name for c in "*?[") and glob.glob(os.path.expanduser(name)):
+                continue
+            raise FlagError(
+                flag, f"{name}: no such file (OpenRLHF loads a {ext} dataset from the local disk)"
+            )
+        if _only_local(name) or not is_hub_id(name):
+            raise FlagError(flag, f"{name}: no such local path, and not a Hugging Face Hub dataset id")
+
+
+def _check_reward_urls(value: str) -> None:
+    """OpenRLHF's form: comma-separated endpoints; a first entry ending in .py is a reward-function file."""
+    for i, entry in enumerate(e.strip() for e in value.split(",")):
+        if entry.startswith(("http://", "https://")):
+            continue
+        if entry.endswith(".py"):
+            if i > 0:
+                raise FlagError(
+                    "--reward.remote_url",
+                    f"{entry}: a reward-function file must be the first (only) entry; OpenRLHF sends the other "
+                    "entries HTTP requests",
+                )
+            if not os.path.isfile(entry):
+                raise FlagError("--reward.remote_url", f"{entry}: no such reward-function file")
+            continue
+        raise FlagError(
+            "--reward.remote_url",
+            f"{entry!r}: expected a reward-function .py file or an http:// or https:// URL",
+        )

@@ -1,0 +1,96 @@
+"""Each --dppo flag is written once, on its field: --help, the README table and docs/FLAGS.md follow."""
+
+import dataclasses
+import re
+import subprocess
+import sys
+
+import pytest
+from cli_commands import ROOT, full_parser
+
+from openrlhf_dppo.cli import flags, flags_table
+from openrlhf_dppo.cli import train_dppo_ray as cli
+from openrlhf_dppo.core import COMPLETION_POLICIES, PACKERS, SAMPLING_DESIGNS, DPPOConfig
+
+
+def _squeezed(text: str) -> str:
+    """Without whitespace: argparse re-wraps help text (also after a hyphen)."""
+    return "".join(text.split())
+
+
+def test_the_flags_are_the_fields_of_the_config_and_the_run_options():
+    names = [s.name for s in flags.flag_specs()]
+    assert names == [f.name for f in dataclasses.fields(DPPOConfig)] + ["run_dir", "max_steps"]
+    specs = {s.name: s for s in flags.flag_specs()}
+    assert specs["packer"].choices == PACKERS.names() and "openrlhf" in specs["packer"].choices
+    assert specs["sampling"].choices == SAMPLING_DESIGNS.names()
+    assert specs["enable"].parse("off") is False and specs["max_steps"].parse("3") == 3
+    assert (
+        specs["run_dir"].shown_default == "--ckpt.output_dir"
+        and specs["drop_zero_advantage"].shown_default == "true"
+    )
+
+
+def test_a_newly_registered_policy_is_a_valid_choice_without_touching_the_config(monkeypatch):
+    monkeypatch.setitem(COMPLETION_POLICIES._items, "top-k", lambda *a: None)
+    assert "top-k" in {s.name: s for s in flags.flag_specs()}["completion_policy"].choices
+    assert DPPOConfig(completion_policy="top-k").completion_policy == "top-k"
+
+
+def test_a_flag_field_without_help_is_refused(monkeypatch):
+    @dataclasses.dataclass(frozen=True)
+    class Bare:
+        knob: int = 3
+
+    monkeypatch.setattr(flags, "FLAG_SOURCES", (DPPOConfig, Bare))
+    with pytest.raises(RuntimeError, match="Bare.knob has no help"):
+        flags.flag_specs()
+
+
+def test_help_shows_every_flag_with_its_field_help_default_and_choices(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--help"], train_fn=lambda a: None)
+    assert exc.value.code == 0
+    out = _squeezed(capsys.readouterr().out)
+    assert "--actor.model_name_or_path" in out  # OpenRLHF's own flags are there too
+    for spec in flags.flag_specs():
+        assert _squeezed(f"{spec.help} (default: {spec.shown_default})") in out, spec.name
+        if spec.choices:
+            assert _squeezed(f"{spec.flag} {{{','.join(spec.choices)}}}") in out, spec.name
+
+
+def test_the_readme_table_is_the_generated_table():
+    readme = (ROOT / "README.md").read_text()
+    assert flags_table.section(readme) == flags_table.markdown_table(), (
+        "README's --dppo table is stale: run python -m openrlhf_dppo.cli.flags_table --write README.md"
+    )
+    for spec in flags.flag_specs():
+        assert f"| `{spec.flag}` |" in readme
+
+
+def test_the_table_generator_rewrites_only_the_marked_section(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\nbefore\n{flags_table.BEGIN}\n| old |\n{flags_table.END}\nafter\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "openrlhf_dppo.cli.flags_table", "--write", str(readme)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    text = readme.read_text()
+    assert text.startswith("# x\nbefore\n") and text.endswith(f"{flags_table.END}\nafter\n")
+    assert flags_table.section(text) == flags_table.markdown_table() and "| old |" not in text
+    with pytest.raises(ValueError, match="markers are missing"):
+        flags_table.section("no markers here")
+
+
+def test_flags_md_names_only_flags_that_exist_and_leaves_the_table_to_the_readme():
+    text = (ROOT / "docs" / "FLAGS.md").read_text()
+    known = set(full_parser()._option_string_actions)
+    named = set(re.findall(r"(?<![\w-])--[a-z]\w*(?:\.\w+)+\*?", text))  # `--a.b_*` names a family
+
+    def exists(flag: str) -> bool:
+        return any(k.startswith(flag[:-1]) for k in known) if flag.endswith("*") else flag in known
+
+    unknown = sorted(f for f in named if not exists(f))
+    assert named and not unknown, f"docs/FLAGS.md names flags that do not exist: {unknown}"
+    assert "| `--dppo." not in text and "README.md#dppo-flags" in text
