@@ -132,3 +132,14 @@ def test_apply_hands_the_switches_to_the_workers_and_starts_nothing(repo_root):
         "replay_buffer_patched": True,
         "current_device": "cpu",
     }
+
+
+def test_importing_the_cpu_layer_loads_neither_torch_nor_the_host(repo_root):
+    # every Ray worker imports it first (the setup hook); the host modules it patches load later, when the
+    # host imports them
+    code = "import sys, openrlhf_dppo.compat.cpu; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    env = dict(os.environ, PYTHONPATH=str(repo_root))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    loaded = set(json.loads(res.stdout.strip().replace("'", '"')))
+    assert not loaded & {"torch", "numpy", "ray", "deepspeed", "vllm", "openrlhf", "transformers"}
