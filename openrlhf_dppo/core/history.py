@@ -163,7 +163,7 @@ class PromptHistory:
     # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Tensors and plain values only (loads with ``torch.load(weights_only=True)``)."""
-        state = {k: torch.from_numpy(a.copy()) for k, a in self._a.items()}
+        state: dict[str, object] = {k: torch.from_numpy(a.copy()) for k, a in self._a.items()}
         state.update(
             version=_STATE_VERSION,
             decay=self.decay,

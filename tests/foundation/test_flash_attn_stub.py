@@ -1,7 +1,6 @@
 """The pure-torch flash-attn stand-in against straightforward references."""
 
 import os
-import socket
 import sys
 
 import pytest
@@ -101,12 +100,10 @@ def _all_gather_worker(rank, world, port, results):
     dist.destroy_process_group()
 
 
-def test_all_gather_forward_and_backward_on_two_gloo_ranks():
+def test_all_gather_forward_and_backward_on_two_gloo_ranks(free_port):
     import openrlhf_dppo  # noqa: F401,F811
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port
     world = 2
     # fork, not spawn: under pytest's importlib mode this test module has no importable name
     ctx = mp.get_context("fork")

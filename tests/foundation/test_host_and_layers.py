@@ -1,15 +1,22 @@
-"""Version guard, the OpenRLHF modules we extend import on CPU, and core's one-way imports."""
+"""Version guard, the OpenRLHF modules we extend import on CPU, and the one-way imports between the
+package's parts (core <- adapters <- cli; report, launch and the rest never reach back up)."""
 
+from __future__ import annotations
+
+import ast
 import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from openrlhf_dppo._host import REQUIRED_OPENRLHF, OpenRLHFVersionError, check_openrlhf_version
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PKG = Path(REPO) / "openrlhf_dppo"
 
 
 def _run(code: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
@@ -66,6 +73,216 @@ def test_every_openrlhf_module_we_extend_imports_on_this_machine():
     assert res.stdout.strip().endswith("ok")
 
 
+def test_the_version_guard_runs_where_the_host_is_used(tmp_path):
+    dist = tmp_path / "openrlhf-0.10.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: openrlhf\nVersion: 0.10.0\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), REPO])}
+    assert _run("import openrlhf_dppo", env).returncode == 0
+    res = _run("import openrlhf_dppo.adapters", env)
+    assert res.returncode != 0
+    assert "requires OpenRLHF 0.11.2, but OpenRLHF 0.10.0 is installed" in res.stderr
+
+
+# ------------------------------------------------------------------------------ the layer table
+# A "part" is a subpackage (core, adapters, ...) or a top-level module (_host, run_dir, ...) of
+# openrlhf_dppo; "__init__" is the package itself. Every part on disk must have a rule here.
+HOST = ("openrlhf", "ray", "deepspeed", "vllm", "flash_attn")
+
+
+@dataclass(frozen=True)
+class Rule:
+    may_import: frozenset[str] | None  # other parts it may import; None: any but `never`
+    never: frozenset[str]  # parts it must not import (used when may_import is None)
+    host_free: bool  # imports none of HOST (so it works on a laptop without the training stack)
+    why: str
+
+
+def only(*parts: str, host_free: bool = False, why: str) -> Rule:
+    return Rule(frozenset(parts), frozenset(), host_free, why)
+
+
+def all_but(*parts: str, host_free: bool = False, why: str) -> Rule:
+    return Rule(None, frozenset(parts), host_free, why)
+
+
+LAYERS: dict[str, Rule] = {
+    "__init__": only("_host", host_free=True, why="importing the package changes nothing, needs no host"),
+    "_host": only("compat", why="the version guard + the flash-attn stand-in (compat.flash_attn_stub)"),
+    "core": only(host_free=True, why="pure torch math: imports torch and numpy only"),
+    "run_dir": only(host_free=True, why="the run-directory format: standard library only"),
+    "report": all_but(
+        "adapters",
+        "cli",
+        "launch",
+        "compat",
+        "_host",
+        "tiny",
+        host_free=True,
+        why="compare runs copied to a laptop: no training stack, no trainer code",
+    ),  # fmt: skip
+    "launch": all_but("adapters", "cli", why="launches the CLI as a program; never the trainer code"),
+    "adapters": all_but("cli", "launch", "report", why="the trainer side: called by cli, calls core"),
+    "compat": only("_host", why="host patches only: no DPPO code depends on how the host is patched"),
+    "rewards": only(why="reward files are loaded by path by OpenRLHF's reward code: self-contained"),
+    "data": all_but("adapters", "cli", "launch", "report", "compat", why="data preparation only"),
+    "tiny": all_but("adapters", "cli", "launch", "compat", why="builds the tiny assets; no trainer"),
+    "config": all_but("adapters", "cli", why="YAML experiment files -> flags"),
+    "cli": all_but(why="the entry points: the top of the stack"),
+}
+
+
+def _parts() -> dict[str, list[Path]]:
+    """part name -> its source files."""
+    parts: dict[str, list[Path]] = {}
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).parts
+        name = rel[0] if len(rel) > 1 else path.stem
+        parts.setdefault(name, []).append(path)
+    return parts
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(rel[:-1] if rel[-1] == "__init__" else rel)
+
+
+def _imported_parts(path: Path, part_names: set[str]) -> list[tuple[int, str, str]]:
+    """(line, imported module, part or top-level package) for every import in ``path``, including lazy
+    imports inside functions and ``importlib.import_module("...")`` with a literal name."""
+    return _imports_in(path.read_text(), _module_name(path), path.name == "__init__.py", part_names)
+
+
+def _imports_in(
+    source: str, module: str, is_package: bool, part_names: set[str]
+) -> list[tuple[int, str, str]]:
+    package = module if is_package else module.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if name == "openrlhf_dppo":  # `from openrlhf_dppo import core` names a part
+                found += [(node.lineno, f"openrlhf_dppo.{a.name}") for a in node.names]
+            else:
+                found.append((node.lineno, name))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, (ast.Attribute, ast.Name))
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append((node.lineno, node.args[0].value))
+    out = []
+    for line, name in found:
+        bits = name.split(".")
+        if bits[0] == "openrlhf_dppo":
+            target = bits[1] if len(bits) > 1 and bits[1] in part_names | set(LAYERS) else "__init__"
+            out.append((line, name, target))
+        else:
+            out.append((line, name, bits[0]))
+    return out
+
+
+def _allowed(rule: Rule, part: str, all_parts: set[str]) -> set[str]:
+    """The parts ``part`` may import: its rule's, itself, and the package root (always loaded first)."""
+    allowed = set(rule.may_import) if rule.may_import is not None else all_parts - rule.never
+    return allowed | {part, "__init__"}
+
+
+def test_every_part_of_the_package_has_a_layer_rule():
+    missing = sorted(set(_parts()) - set(LAYERS))
+    assert not missing, (
+        f"openrlhf_dppo parts without a rule in LAYERS ({__file__}): {missing}. Add each with the parts "
+        "it may import and why."
+    )
+
+
+def test_no_part_imports_a_part_above_it_not_even_lazily_inside_a_function():
+    parts = _parts()
+    names = set(parts) | set(LAYERS)
+    bad = []
+    for part, files in parts.items():
+        rule = LAYERS.get(part)
+        if rule is None:
+            continue  # reported by test_every_part_of_the_package_has_a_layer_rule
+        allowed = _allowed(rule, part, names)
+        for path in files:
+            for line, name, target in _imported_parts(path, names):
+                rel = f"{path.relative_to(PKG.parent)}:{line}"
+                if name.split(".")[0] == "openrlhf_dppo" and target not in allowed:
+                    bad.append(f"{rel} imports {name} ({part} may not import {target}: {rule.why})")
+                if rule.host_free and target in HOST:
+                    bad.append(f"{rel} imports {name} ({part} must not need the host: {rule.why})")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_static_check_sees_lazy_relative_and_dynamic_imports():
+    src = textwrap.dedent(
+        """
+        import importlib
+        from ..core import sampling
+        from openrlhf_dppo import __version__
+        def f():
+            from openrlhf_dppo import adapters
+            import ray.util
+            return importlib.import_module("openrlhf_dppo.cli.main")
+        """
+    )
+    got = [
+        (name, target) for _, name, target in _imports_in(src, "openrlhf_dppo.report.x", False, set(LAYERS))
+    ]
+    assert got == [
+        ("importlib", "importlib"),
+        ("openrlhf_dppo.core", "core"),
+        ("openrlhf_dppo.__version__", "__init__"),
+        ("openrlhf_dppo.adapters", "adapters"),
+        ("ray.util", "ray"),
+        ("openrlhf_dppo.cli.main", "cli"),
+    ]
+
+
+def _import_all_and_report_parts(part: str) -> subprocess.CompletedProcess:
+    """Import every module of ``part`` in a fresh interpreter; print the package parts and host packages
+    that ended up loaded."""
+    modules = [_module_name(p) for p in _parts()[part]]
+    code = f"""
+        import importlib, sys
+        for m in {modules!r}:
+            importlib.import_module(m)
+        parts = sorted({{m.split(".")[1] for m in sys.modules if m.startswith("openrlhf_dppo.")}})
+        host = sorted({{m.split(".")[0] for m in sys.modules}} & set({HOST!r}))
+        print(",".join(parts)); print(",".join(host))
+        """
+    return _run(code, {"DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")})
+
+
+# importing these is cheap enough to check the static table against what really loads (compat imports
+# vLLM; cli is the top and may load anything)
+CHEAP_TO_IMPORT = ["core", "report", "launch", "adapters", "rewards", "data", "tiny", "run_dir", "config"]
+
+
+@pytest.mark.parametrize("part", [p for p in CHEAP_TO_IMPORT if p in _parts()])
+def test_importing_every_module_of_a_part_loads_only_what_its_rule_allows(part):
+    rule = LAYERS[part]
+    res = _import_all_and_report_parts(part)
+    assert res.returncode == 0, res.stderr[-3000:]
+    loaded_parts, loaded_host = (set(filter(None, line.split(","))) for line in res.stdout.splitlines()[-2:])
+    allowed = _allowed(rule, part, set(_parts()) | set(LAYERS))
+    allowed |= LAYERS["__init__"].may_import or set()  # what `import openrlhf_dppo` itself loads
+    assert loaded_parts <= allowed, f"{part} loaded {sorted(loaded_parts - allowed)}: {rule.why}"
+    if rule.host_free:
+        assert not loaded_host, f"{part} loaded {sorted(loaded_host)}: {rule.why}"
+
+
 def test_core_imports_torch_only():
     res = _run(
         """
@@ -98,14 +315,3 @@ def test_importing_the_package_core_and_report_changes_nothing_and_needs_no_host
     )
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip() == "", f"imports pulled in: {res.stdout.strip()}"
-
-
-def test_the_version_guard_runs_where_the_host_is_used(tmp_path):
-    dist = tmp_path / "openrlhf-0.10.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: openrlhf\nVersion: 0.10.0\n")
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), REPO])}
-    assert _run("import openrlhf_dppo", env).returncode == 0
-    res = _run("import openrlhf_dppo.adapters", env)
-    assert res.returncode != 0
-    assert "requires OpenRLHF 0.11.2, but OpenRLHF 0.10.0 is installed" in res.stderr

