@@ -27,6 +27,7 @@ import platform
 import socket
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -231,6 +232,13 @@ def hardware() -> dict:
     }
 
 
+def _installed_version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 class RunDir:
     """The trainer's writer: run_config.json, one metrics line per step and evaluation, status.json.
 
@@ -257,13 +265,12 @@ class RunDir:
 
     def write_config(self, args, dppo_config, algo: str) -> None:
         from openrlhf_dppo import __version__
-        from openrlhf_dppo._host import installed_openrlhf_version
 
         meta = getattr(args, "dppo_meta", None)
         self.start_time = float(getattr(meta, "start_time", None) or self.start)
         config = {
             "openrlhf_dppo_version": __version__,
-            "openrlhf_version": installed_openrlhf_version(),
+            "openrlhf_version": _installed_version("openrlhf"),
             "argv": list(getattr(meta, "argv", []) or []),
             "args": to_plain({k: v for k, v in vars(args).items() if k != "dppo_meta"}),
             "dppo": dppo_config.asdict(),
