@@ -140,19 +140,16 @@ def forward_loss(model, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def response_logps(mb: MicroBatch, logp, prompt_lens, seqs) -> dict[int, torch.Tensor]:
-    return {
-        i: logp[row, start + int(prompt_lens[i]) - 1 : start + len(seqs[i]) - 1] for i, row, start in mb.spans
-    }
+    """Sequence id -> (response length,) log-probs of its response tokens, from (rows, L) ``logp``."""
+    return {i: logp[r, s + int(prompt_lens[i]) - 1 : s + len(seqs[i]) - 1] for i, r, s in mb.spans}
 
 
 @torch.no_grad()
 def check_packed_equals_padded(model, seqs, prompt_lens, seq_weight, ids, device) -> dict:
     """Same sequences, padded vs one packed row vs the no-restart control -> max |delta log p|, loss rel diff."""
-    padded = build(ids, seqs, prompt_lens, seq_weight, False, device)
-    packed = build(ids, seqs, prompt_lens, seq_weight, True, device)
-    control = build(ids, seqs, prompt_lens, seq_weight, True, device, restart=False)
     res = {}
-    for name, mb in (("padded", padded), ("packed", packed), ("control", control)):
+    for name, packed, restart in (("padded", False, True), ("packed", True, True), ("control", True, False)):
+        mb = build(ids, seqs, prompt_lens, seq_weight, packed, device, restart)
         loss, logp = forward_loss(model, mb)
         res[name] = (float(loss), response_logps(mb, logp, prompt_lens, seqs))
 
@@ -161,7 +158,7 @@ def check_packed_equals_padded(model, seqs, prompt_lens, seq_weight, ids, device
 
     return {
         "sequences": [int(i) for i in ids],
-        "tokens": packed.tokens,
+        "tokens": mb.tokens,
         "packed_max_abs_logp_diff": diff("packed"),
         "packed_loss_rel_diff": abs(res["packed"][0] - res["padded"][0]) / max(abs(res["padded"][0]), 1e-30),
         "control_max_abs_logp_diff": diff("control"),
@@ -262,6 +259,7 @@ def fmt_table(rows) -> str:
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", choices=sorted(SIZES), default="qwen3-0.6b", help="dims and batch defaults")
+    ap.add_argument("--layers", type=int, help="override the size's layer count (e.g. 2 for a CPU check)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", choices=["bf16", "fp32"], help="default: bf16 (cuda), fp32 (cpu)")
     ap.add_argument("--attn", choices=["auto", "flash_attention_2", "sdpa", "eager"], default="auto")
@@ -296,8 +294,8 @@ def parse_args(argv=None):
         ap.error("need 1 <= --prompt-min <= --prompt-max and --max-response >= 1")
     if args.capacity < args.prompt_max + args.max_response:
         ap.error(f"--capacity {args.capacity} < --prompt-max + --max-response, the longest possible sequence")
-    if args.repeats < 1 or args.micro_batch < 1:
-        ap.error("--repeats and --micro-batch must be >= 1")
+    if args.repeats < 1 or args.micro_batch < 1 or (args.layers is not None and args.layers < 1):
+        ap.error("--repeats, --micro-batch and --layers must be >= 1")
     return args
 
 
@@ -335,7 +333,7 @@ def main(argv=None) -> dict:
     device, cuda = args.device, args.device.startswith("cuda")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype or ("bf16" if cuda else "fp32")]
     attn = pick_attention(args.attn, device)
-    dims = SIZES[args.size][0]
+    dims = dict(SIZES[args.size][0], **({"num_hidden_layers": args.layers} if args.layers else {}))
     rng = np.random.default_rng(args.seed)
     prompt_lens, lens = cot_lengths(
         args.prompts, args.group, args.prompt_min, args.prompt_max, args.max_response,

@@ -172,6 +172,7 @@ def test_cot_lengths_share_the_prompt_within_a_group_and_keep_responses_in_range
         (["--capacity", "50"], "--capacity 50"),
         (["--fractions", "0.5", "0"], "--fractions"),
         (["--attn", "flash_attention_2"], "--attn flash_attention_2"),
+        (["--layers", "0"], "--layers"),
     ],
 )
 def test_bad_flags_stop_with_a_message_naming_the_flag(extra, words, capsys):
