@@ -93,6 +93,7 @@ def test_the_runs_own_check_finds_packed_equal_to_padded_and_the_unrestarted_con
     assert check["packed_max_abs_logp_diff"] < 1e-5
     assert check["packed_loss_rel_diff"] < 1e-6
     assert check["control_max_abs_logp_diff"] > 1e-2
+    assert check["packed_ok"] is True
 
 
 def _sequences(n, seed):
@@ -126,6 +127,17 @@ def test_a_packed_row_gives_the_padded_log_probs_loss_and_gradients_under_sdpa()
     # without the position restart the later sequences attend to the earlier ones: a different result
     assert max((out["control"][1][i] - out["padded"][1][i]).abs().max() for i in ids[1:]) > 1e-2
     torch.testing.assert_close(out["control"][1][0], out["padded"][1][0], rtol=0, atol=1e-5)
+
+
+def test_the_check_flags_a_packed_row_whose_sequences_see_each_other(monkeypatch):
+    torch.manual_seed(0)
+    model = ga.make_model(ga.TINY, "sdpa", torch.float32, "cpu", grad_ckpt=False)
+    seqs, prompt_lens, weight = _sequences(3, seed=2)
+    real_build = ga.build
+    monkeypatch.setattr(ga, "build", lambda *a: real_build(*a[:6], False))  # positions never restart
+    check = ga.check_packed_equals_padded(model, seqs, prompt_lens, weight, [0, 1, 2], "cpu")
+    assert check["packed_ok"] is False
+    assert check["packed_max_abs_logp_diff"] == check["control_max_abs_logp_diff"] > 1e-2
 
 
 def test_build_restarts_positions_per_sequence_and_weights_only_the_response_predictions():
