@@ -2,7 +2,9 @@
 
 Seam: ``RemoteExperienceMaker.make_experience_batch``. With the rewards already on the rollouts:
 
-1. OpenRLHF's length penalties (DAPO overlong, ProRL stop-properly) on ALL rollouts;
+1. OpenRLHF's length penalties (DAPO overlong, ProRL stop-properly) on ALL rollouts (the ``rollout/reward_*``
+   statistics are of the RAW rewards, taken before: the reward function's, comparable with GRPO's; with
+   ``rollout/reward_ht`` the Horvitz-Thompson estimate of the drawn batch's mean reward);
 2. group advantages on the FULL groups (``core.group_advantages``, OpenRLHF's formulas), and the prompt
    history is updated from every group's rewards;
 3. keep probabilities, a seeded mask and the weights in one call (``core.prune_completions``; a
@@ -37,6 +39,7 @@ from openrlhf_dppo.core import (
     full_batch_normalizer,
     group_advantages,
     prune_completions,
+    reward_stats,
     step_generator,
 )
 
@@ -116,10 +119,11 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         args, G = self.args, self.args.rollout.n_samples_per_prompt
         dp = effective_dp_size(args)
 
+        draws: list[PromptDraw] = self._groups(rollout_samples)
+        raw = torch.cat([s.rewards.reshape(-1) for s in rollout_samples]).to(torch.float64).reshape(-1, G)
         for s in rollout_samples:
             s.rewards = s.rewards.to(torch.promote_types(s.rewards.dtype, torch.float32))
         apply_length_penalties(rollout_samples, args)
-        draws: list[PromptDraw] = self._groups(rollout_samples)
         rewards = torch.cat([s.rewards for s in rollout_samples]).reshape(-1, G)
         adv = group_advantages(rewards, args.algo.advantage.estimator)
         self.history.update(torch.tensor([d.index for d in draws]), rewards, self.step)
@@ -133,7 +137,8 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         fillers = self._top_up(mask, [int(s.total_length.item()) for s in rollout_samples], dp)
         weights[fillers] = 0.0
         metrics["dppo/completion_fillers"] = float(len(fillers))
-        self.rollout_stats = self._rollout_stats(rollout_samples)
+        n_drawn = self.prompt_draw.drawn if self.prompt_draw is not None else len(draws)
+        self.rollout_stats = {**self._rollout_stats(rollout_samples), **reward_stats(raw, q, n_drawn)}
         z_tok, z_seq = self._normalizers(draws, tokens, q)
         metrics["dppo/normalizer_tokens"], metrics["dppo/normalizer_seqs"] = z_tok, z_seq
 
@@ -217,14 +222,12 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
 
     @staticmethod
     def _rollout_stats(samples) -> dict:
-        """OpenRLHF's ``rollout/*`` statistics over ALL rollouts (the kept set is a weighted subset)."""
-        rewards = torch.cat([s.rewards for s in samples]).float()
+        """OpenRLHF's ``rollout/*`` length statistics over ALL rollouts (the kept set is a weighted subset);
+        the reward statistics come from ``core.reward_stats`` on the raw rewards."""
         lengths = torch.cat([s.response_length for s in samples]).float()
         truncated = torch.cat([s.truncated for s in samples]).float()
         return {
-            "rollout/reward_mean": rewards.mean().item(),
-            "rollout/reward_std": rewards.std().item() if len(rewards) > 1 else 0.0,
             "rollout/response_length_mean": lengths.mean().item(),
             "rollout/truncated_rate": truncated.mean().item(),
-            "rollout/num_samples": float(len(rewards)),
+            "rollout/num_samples": float(len(samples)),
         }

@@ -10,14 +10,24 @@ Seams (each overrides one method of ``openrlhf.trainer.ppo_trainer.PPOTrainer`` 
 - ``_compute_rollout_stats``: ``rollout/*`` over all rollouts, not only the kept ones.
 - ``save_logs_and_checkpoints``: one metrics.jsonl line per step; the DPPO state (prompt history,
   draw counters) goes into the checkpoint's client states; ``init_checkpoint_states`` restores it.
-- ``evaluate`` / ``fit``: eval lines and status.json.
-With ``--dppo.enable false`` only the run-directory writing is added: every number is GRPO's.
+- ``evaluate``: one eval line per evaluation, with ``timing/eval`` (seconds).
+- ``fit``: status.json; a fresh run (not resumed) with evaluation on evaluates once before its first
+  step (step 0); OpenRLHF's loop asks ``samples_generator.generate_samples`` for every step's rollouts,
+  and for the duration of ``fit`` that call goes through ``_next_rollouts``, which reports "exhausted"
+  once ``--dppo.max_steps`` steps are done: that ends every episode loop, after the last step's
+  evaluation (when it is on the schedule) and checkpoint.
+With ``--dppo.enable false`` only the run-directory writing and the step limit are added: every number
+is GRPO's (the reward statistics from the raw rewards, ``rollout/reward_ht`` equal to the mean).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import os
+import time
 
+import torch
 from openrlhf.trainer import ppo_trainer
 from openrlhf.utils.logging_utils import init_logger
 
@@ -25,7 +35,7 @@ from openrlhf_dppo.adapters._ray import remote_like, swap_attr, unwrap_actor_cla
 from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker, response_tokens
 from openrlhf_dppo.adapters.run_dir import RunDir
 from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator
-from openrlhf_dppo.core import DPPOConfig, PromptHistory
+from openrlhf_dppo.core import DPPOConfig, PromptHistory, reward_stats
 
 logger = init_logger(__name__)
 DPPO_STATE = "dppo_state"
@@ -42,6 +52,15 @@ def check_accounting(status: dict) -> None:
             continue
         if gen != trained + pruned:
             raise AccountingError(f"{unit}: generated {gen} != trained {trained} + pruned {pruned}")
+
+
+def scheduler_steps(args, host_steps: int, step_limit: int | None) -> int:
+    """The optimizer steps the LR schedule spans (OpenRLHF's ``get_max_steps``): OpenRLHF's count for
+    all episodes, or -- with ``--dppo.max_steps`` -- that of the steps the run will make, if fewer."""
+    if step_limit is None:
+        return host_steps
+    per_step = max(1, args.rollout.batch_size * args.rollout.n_samples_per_prompt // args.train.batch_size)
+    return min(host_steps, step_limit * per_step * args.train.max_epochs)
 
 
 _PPOTrainerBase = unwrap_actor_class(ppo_trainer.PPOTrainer)
@@ -84,10 +103,14 @@ class _DPPOTrainer(_PPOTrainerBase):
                 dppo=self.dppo,
                 history=self.history,
             )
+        self.step_limit = getattr(args.dppo, "max_steps", None)
+        self.max_steps = scheduler_steps(args, self.max_steps, self.step_limit)
         run_path = getattr(args.dppo, "run_dir", None) or args.ckpt.output_dir
-        self.run_dir = RunDir(os.path.abspath(run_path), max_steps=self.max_steps)
+        shown_max = self.step_limit if self.step_limit is not None else self.max_steps
+        self.run_dir = RunDir(os.path.abspath(run_path), max_steps=shown_max)
         self.run_dir.write_config(args, self.dppo, "dppo" if self.dppo.enable else "grpo")
-        self._last_step = 0
+        self._last_step = 0  # the last step trained (from the checkpoint on a resume)
+        self._checkpoint_states = None
 
     # ---- one step -------------------------------------------------------------------------------
     def train_step(self, rollout_samples, global_step):
@@ -96,7 +119,12 @@ class _DPPOTrainer(_PPOTrainerBase):
             "samples/generated": float(len(rollout_samples)),
         }
         if not self.dppo.enable:
+            raw = self._raw_rewards(rollout_samples)
             status, step = super().train_step(rollout_samples, global_step)
+            if raw is not None:  # the raw rewards (OpenRLHF's stats follow the length penalties)
+                status.update(reward_stats(raw))
+            else:  # a reward model scored the batch: OpenRLHF's statistics, q = 1 for every prompt
+                status["rollout/reward_ht"] = status["rollout/reward_mean"]
             n_prompts = len(rollout_samples) / self.args.rollout.n_samples_per_prompt
             counts.update({
                 "tokens/trained": counts["tokens/generated"], "tokens/pruned": 0.0,
@@ -115,6 +143,13 @@ class _DPPOTrainer(_PPOTrainerBase):
         status.update(counts)
         check_accounting(status)
         return status, step
+
+    def _raw_rewards(self, rollout_samples):
+        """(n, G) float64 rewards as the reward function returned them, or None (a reward model scores)."""
+        if any(s.rewards is None for s in rollout_samples):
+            return None
+        flat = torch.cat([s.rewards.reshape(-1) for s in rollout_samples]).to(torch.float64)
+        return flat.reshape(-1, self.args.rollout.n_samples_per_prompt)
 
     def _planned_balance(self, experiences, args):
         """Stands in for ``balance_experiences``: the experience maker's per-rank packed plan."""
@@ -157,20 +192,49 @@ class _DPPOTrainer(_PPOTrainerBase):
         logger.info(f"DPPO state restored: {self.history.capacity} prompts, {state['draws']} draws")
 
     def init_checkpoint_states(self):
-        states = super().init_checkpoint_states()
-        if self.dppo.enable and DPPO_STATE in states:
-            self.load_dppo_state(states[DPPO_STATE])
-        return states
+        """OpenRLHF's checkpoint states, read once per run (``fit`` needs them before OpenRLHF's loop)."""
+        if self._checkpoint_states is None:
+            states = super().init_checkpoint_states()
+            if self.dppo.enable and DPPO_STATE in states:
+                self.load_dppo_state(states[DPPO_STATE])
+            self._last_step = int(states.get("global_step", 0))
+            self._checkpoint_states = states
+        return self._checkpoint_states
 
     def evaluate(self, global_step, **generate_kwargs):
+        start = time.time()
         logs = super().evaluate(global_step, **generate_kwargs)
+        logs["timing/eval"] = time.time() - start
         self.run_dir.log("eval", global_step, logs)
         return logs
 
+    def _evaluation_on(self) -> bool:
+        return bool(self.eval_dataloader) and math.isfinite(float(self.args.eval.steps))
+
+    def _eval_generate_kwargs(self) -> dict:
+        """The sampling settings OpenRLHF's loop evaluates with."""
+        kwargs = dict(self.generate_kwargs)
+        kwargs["temperature"] = self.args.eval.temperature
+        kwargs["n_samples_per_prompt"] = self.args.eval.n_samples_per_prompt
+        return kwargs
+
+    def _next_rollouts(self, generate, **generate_kwargs):
+        """Where OpenRLHF's loop gets each step's rollouts during ``fit``: "exhausted" (nothing
+        generated) once ``--dppo.max_steps`` steps are done, else ``generate`` (the samples generator's)."""
+        if self.step_limit is not None and self._last_step >= self.step_limit:
+            return [], None, 0, True
+        return generate(**generate_kwargs)
+
     def fit(self, global_step: int = 0) -> None:
         self.run_dir.status("running", global_step)
+        generator = self.samples_generator
         try:
-            super().fit(global_step)
+            fresh = self.init_checkpoint_states()["global_step"] == 0
+            if fresh and self._evaluation_on():
+                self.evaluate(0, **self._eval_generate_kwargs())  # the starting point of the curve
+            source = functools.partial(self._next_rollouts, generator.generate_samples)
+            with swap_attr(generator, "generate_samples", source):
+                super().fit(global_step)
         except BaseException:
             self.run_dir.status("failed", self._last_step)
             raise

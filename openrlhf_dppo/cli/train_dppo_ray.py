@@ -44,6 +44,16 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 # name -> (type, choices, help). Defaults come from DPPOConfig (one source of truth).
 FLAG_SPECS: dict[str, tuple] = {
     "enable": (
@@ -115,6 +125,13 @@ EXTRA_FLAGS = {
         str,
         None,
         "directory of run_config.json / metrics.jsonl / status.json (default: --ckpt.output_dir)",
+    ),
+    "max_steps": (
+        _positive_int,
+        None,
+        "stop after this many training steps (DPPO and --dppo.enable false alike; the last step's evaluation "
+        "still runs when it is on the --eval.steps schedule, and the LR schedule spans these steps); default: "
+        "the steps of --train.num_episodes",
     ),
 }
 

@@ -28,7 +28,13 @@ from openrlhf_dppo.adapters.actor import DPPOReplayBuffer
 from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker
 from openrlhf_dppo.adapters.run_dir import RunDir
 from openrlhf_dppo.adapters.samples_generator import PROMPT_ATTR, DrawRecord, PromptDraw
-from openrlhf_dppo.adapters.trainer import DPPO_STATE, AccountingError, DPPOTrainer, check_accounting
+from openrlhf_dppo.adapters.trainer import (
+    DPPO_STATE,
+    AccountingError,
+    DPPOTrainer,
+    check_accounting,
+    scheduler_steps,
+)
 from openrlhf_dppo.core import DPPOConfig, PromptHistory
 
 Trainer = unwrap_actor_class(DPPOTrainer)
@@ -67,6 +73,8 @@ def bare_trainer(args, cfg, run_dir, group):
     t.wandb_logger = t.tensorboard_logger = None
     t.best_eval_metric_key, t.best_eval_metric_value, t._latest_eval_metric_value = "", float("-inf"), None
     t._last_step = 0
+    t._checkpoint_states = None
+    t.step_limit = None
     return t
 
 
@@ -237,3 +245,167 @@ def test_evaluation_lines_go_to_the_metrics_file(tmp_path):
     (line,) = [json.loads(x) for x in open(tmp_path / "run" / "metrics.jsonl")]
     assert line["kind"] == "eval" and line["step"] == 5
     assert line["eval_math_pass1"] == logs["eval_math_pass1"] == 0.75 and line["eval_math_pass4"] == 1.0
+
+
+# ---- the run's length and its evaluation points -----------------------------------------------------
+
+
+class EndlessGenerator:
+    """Samples-generator stand-in that never runs out of prompts: OpenRLHF's loop alone would not stop."""
+
+    def __init__(self, evals):
+        self.calls = 0
+        self.draws = 0
+        self.evals = evals
+
+    def generate_samples(self, **kwargs):
+        self.calls += 1
+        if self.calls > 40:
+            raise RuntimeError("the training loop did not stop")
+        return ["a rollout"], None, 1, False
+
+    def generate_eval_samples(self, **kwargs):
+        return self.evals
+
+
+class StandInLoader(list):
+    def state_dict(self):
+        return {}
+
+
+def looping_trainer(tmp_path, enable, extra=(), states=None):
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    argv = base_argv() + [
+        "--train.num_episodes",
+        "3",
+        "--eval.steps",
+        "2",
+        "--ckpt.path",
+        str(tmp_path / "ckpt"),
+    ]
+    args = make_args(argv + list(extra))
+    group = CheckpointGroup(states)
+    t = bare_trainer(args, DPPOConfig(enable=enable), RunDir(str(tmp_path / "run")), group)
+    evals = [Experience(prompts=["p"], rewards=r, response_length=torch.tensor([3]), truncated=torch.tensor([0]))
+             for r in (1.0, 0.0, 0.0, 1.0)]  # fmt: skip
+    t.samples_generator = EndlessGenerator(evals)
+    t.eval_dataloader = [(["math"], ["p"], [""], [None])]
+    t.prompts_dataloader = StandInLoader(range(8))
+    t.generate_kwargs = {"temperature": 1.0}
+    t.broadcast_to_vllm = lambda: None
+    t.train_step = lambda samples, step: ({"timing/make_experience": 0.01}, step + 1)
+    return t
+
+
+def lines(tmp_path, kind):
+    rows = [json.loads(x) for x in open(tmp_path / "run" / "metrics.jsonl")]
+    return [r for r in rows if r["kind"] == kind]
+
+
+@pytest.mark.parametrize("enable", [True, False])
+def test_max_steps_ends_the_run_after_the_last_steps_evaluation(tmp_path, enable):
+    t = looping_trainer(tmp_path, enable)
+    t.step_limit = 5
+    t.fit()
+    assert [r["step"] for r in lines(tmp_path, "train")] == [1, 2, 3, 4, 5]
+    assert t.samples_generator.calls == 5  # the exhausted answers do not generate anything
+    evals = lines(tmp_path, "eval")
+    assert [r["step"] for r in evals] == [0, 2, 4]  # a fresh run starts with an evaluation at step 0
+    assert all(r["timing/eval"] >= 0 and r["eval_math_pass1"] == 0.5 for r in evals)
+    status = json.load(open(tmp_path / "run" / "status.json"))
+    assert status["state"] == "finished" and status["step"] == 5
+    assert "generate_samples" not in vars(t.samples_generator)  # fit's routing was undone
+
+
+def test_the_last_step_is_evaluated_when_it_is_on_the_schedule_and_a_resume_skips_step_0(tmp_path):
+    os.makedirs(tmp_path / "ckpt" / "_actor")
+    states = {"episode": 0, "global_step": 2, "total_consumed_prompts": 8, "data_loader_state_dict": {}}
+    t = looping_trainer(tmp_path, True, ["--ckpt.load_enable"], states=states)
+    t.step_limit = 4
+    t.fit()
+    assert [r["step"] for r in lines(tmp_path, "train")] == [3, 4]
+    assert [r["step"] for r in lines(tmp_path, "eval")] == [4]
+
+
+def test_the_lr_schedule_spans_the_steps_max_steps_allows():
+    args = make_args(base_argv(batch=4, group=4, train_batch=8) + ["--train.max_epochs", "2"])
+    assert scheduler_steps(args, 1000, None) == 1000
+    assert scheduler_steps(args, 1000, 7) == 7 * (4 * 4 // 8) * 2
+    assert scheduler_steps(args, 10, 7) == 10
+
+
+# ---- the training reward ------------------------------------------------------------------------------
+
+
+def dppo_step_status(tmp_path, args, samples, q=None, drawn=None):
+    G = args.rollout.n_samples_per_prompt
+    cfg = DPPOConfig()
+    group = AppendGroup(1, args)
+    t = bare_trainer(args, cfg, RunDir(str(tmp_path / "dppo")), group)
+    t.tokenizer, t.kl_ctl, t.vllm_engines = StandInTokenizer(), FixedKLController(0.0), None
+    t.experience_maker = DPPOExperienceMaker(group.forward, None, None, None, t.kl_ctl, t.strategy, t.tokenizer,
+                                             dppo=cfg, history=t.history)  # fmt: skip
+    n = len(samples) // G
+    for i, s in enumerate(samples):
+        setattr(s, PROMPT_ATTR, PromptDraw(i // G, 1.0 if q is None else q[i // G]))
+    drawn = n if drawn is None else drawn
+    counts = {
+        "prompts/drawn": float(drawn),
+        "prompts/rolled_out": float(n),
+        "prompts/pruned": float(drawn - n),
+    }
+    t.samples_generator = SimpleNamespace(
+        last_draw=DrawRecord(drawn=drawn, kept=n, rolled_out=n), pop_counts=lambda: counts
+    )
+    return t.train_step(samples, 0)[0]
+
+
+def grpo_step_status(tmp_path, args, samples):
+    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+
+    group = HostAppendGroup()
+    t = bare_trainer(args, DPPOConfig(enable=False), RunDir(str(tmp_path / "grpo")), group)
+    t.tokenizer, t.kl_ctl, t.vllm_engines = StandInTokenizer(), FixedKLController(0.0), None
+    t.experience_maker = RemoteExperienceMaker(
+        group.forward, None, None, None, t.kl_ctl, t.strategy, t.tokenizer
+    )
+    return t.train_step(samples, 0)[0]
+
+
+def test_unpruned_dppo_reward_ht_equals_grpos_reward_mean(tmp_path):
+    import copy
+
+    args = make_args(base_argv(batch=6, train_batch=8))
+    samples = rollout_batch(6, 4, seed=7, binary=False)
+    grpo = grpo_step_status(tmp_path, copy.deepcopy(args), copy.deepcopy(samples))
+    dppo = dppo_step_status(tmp_path, args, samples)
+    raw = torch.cat([s.rewards for s in samples]).double()
+    assert grpo["rollout/reward_ht"] == grpo["rollout/reward_mean"] == dppo["rollout/reward_ht"]
+    assert dppo["rollout/reward_mean"] == dppo["rollout/reward_ht"]
+    assert grpo["rollout/reward_mean"] == pytest.approx(float(raw.mean()), rel=1e-14)
+
+
+def test_reward_ht_reweights_the_rolled_out_prompts_to_the_drawn_batch(tmp_path):
+    args = make_args(base_argv(batch=8, train_batch=8))
+    samples = rollout_batch(4, 4, seed=9)
+    q = [0.5, 1.0, 0.25, 1.0]
+    status = dppo_step_status(tmp_path, args, samples, q=q, drawn=8)
+    sums = torch.cat([s.rewards for s in samples]).double().reshape(4, 4).sum(1)
+    want = float(sum(sums[j] / q[j] for j in range(4)) / (8 * 4))
+    assert status["rollout/reward_ht"] == pytest.approx(want, rel=1e-14)
+
+
+@pytest.mark.parametrize("enable", [True, False])
+def test_reward_statistics_are_of_the_raw_rewards_not_the_length_penalised_ones(tmp_path, enable):
+    # the DAPO overlong penalty hits every response longer than 24 - 20 = 4 tokens
+    penalty = ["--reward.overlong_buffer_len", "20", "--reward.overlong_penalty_factor", "1.0"]
+    args = make_args(base_argv(batch=6, train_batch=8) + penalty)
+    samples = rollout_batch(6, 4, seed=5)
+    raw = torch.cat([s.rewards for s in samples]).double()
+    status = (
+        dppo_step_status(tmp_path, args, samples) if enable else grpo_step_status(tmp_path, args, samples)
+    )
+    assert status["rollout/reward_mean"] == pytest.approx(float(raw.mean()), rel=1e-14)
+    assert status["rollout/reward_std"] == pytest.approx(float(raw.std()), rel=1e-12)
+    assert status["rollout/reward_ht"] == status["rollout/reward_mean"]
