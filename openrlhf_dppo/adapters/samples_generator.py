@@ -1,7 +1,15 @@
 """Prompt pruning (METHOD.md "Level 1") in OpenRLHF's samples generator, before vLLM sees the prompts.
 
-Seam: ``SamplesGenerator._generate_vllm``. For the TRAINING dataloader iterator only (evaluation
-prompts are never pruned and take the parent path unchanged) it
+Seams:
+- ``generate_samples`` (owned, short): one step's rollouts are ONE prompt draw, rolled out and returned
+  whole. OpenRLHF's version keeps a buffer and serves whatever exceeds ``rollout.batch_size x
+  n_samples_per_prompt`` at the next step without a new draw; with ``--dppo.prompt_batch refill`` a draw
+  keeps more than B prompts while most are unseen (unseen prompts keep q = 1, e.g. all of epoch 1), and
+  those rollouts would be trained a step late, by the next policy, under the old draw's normaliser. Here
+  there is no buffer: a refill step rolls out every kept prompt of its draw (about B once the history
+  knows the prompts, up to floor(B / (1 - r_q)) before), with that draw's normalisers.
+- ``_generate_vllm``, for the TRAINING dataloader iterator only (evaluation prompts are never pruned and
+  take the parent path unchanged):
 
 1. draws the step's prompt batch from the dataloader (B = ``--rollout.batch_size`` prompts with
    ``--dppo.prompt_batch shrink``; floor(B / (1 - r_q)) with ``refill``, so that about B are rolled out),
@@ -26,6 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _collect_prompt_batch
+from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 
 from openrlhf_dppo.core import prune_prompts, step_generator
 
@@ -64,6 +73,31 @@ class DPPOSamplesGenerator(SamplesGenerator):
     def pop_counts(self) -> dict:
         counts, self._counts = self._counts, dict.fromkeys(self._counts, 0)
         return {k: float(v) for k, v in counts.items()}
+
+    @torch.no_grad()
+    def generate_samples(self, **generate_kwargs):
+        """(rollouts of one prompt draw, filter pass rate or None, prompts consumed, exhausted)."""
+        args = self.args
+        if getattr(self, "_dataloader_iter", None) is None:  # a new epoch over the prompts
+            self._dataloader_iter = iter(self.prompts_dataloader)
+        if args.vllm.enable_sleep:
+            batch_vllm_engine_call(self.vllm_engines, "wake_up")
+        try:
+            experiences, consumed, exhausted = self._generate_vllm(
+                self._dataloader_iter,
+                args.rollout.batch_size,
+                dynamic_filtering=args.algo.dynamic_filtering_enable,
+                **generate_kwargs,
+            )
+        finally:
+            if args.vllm.enable_sleep:
+                batch_vllm_engine_call(self.vllm_engines, "sleep")
+        pass_rate = None
+        if args.algo.dynamic_filtering_enable and consumed:
+            pass_rate = len(experiences) / consumed * 100  # OpenRLHF's definition (samples per prompt, %)
+        if exhausted:
+            self._dataloader_iter = None
+        return experiences, pass_rate, consumed, exhausted
 
     def _n_draw(self, num_prompts: int) -> int:
         keep = 1.0 - self.dppo.prompt_prune_rate

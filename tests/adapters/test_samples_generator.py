@@ -49,14 +49,15 @@ class StandInEngine:
         return out
 
 
-def make_generator(cfg, n_prompts=12, batch=4, extra=()):
+def make_generator(cfg, n_prompts=12, batch=4, extra=(), seen=True):
     args = make_args(base_argv(batch=batch) + list(extra))
     strategy = SimpleNamespace(args=args, is_rank_0=lambda: True)
     train = PromptDataset([{"input": f"question {i}"} for i in range(n_prompts)], None, strategy)
     evals = PromptDataset([{"input": f"eval {i}"} for i in range(6)], None, strategy)
     history = PromptHistory(n_prompts)
     # prompts 0..5 were seen: 0-2 always solved (score ~ 0), 3-5 half solved; 6.. never seen
-    history.update(torch.arange(6), torch.tensor([[1.0] * 4] * 3 + [[1.0, 0, 1, 0]] * 3), 0)
+    if seen:
+        history.update(torch.arange(6), torch.tensor([[1.0] * 4] * 3 + [[1.0, 0, 1, 0]] * 3), 0)
     engine = StandInEngine()
     gen = DPPOSamplesGenerator(
         strategy=strategy,
@@ -113,6 +114,23 @@ def test_refill_draws_more_prompts_and_unseen_prompts_are_always_kept():
     assert all(
         getattr(s, PROMPT_ATTR).q == 1.0 for s in samples if s.prompts[0] in ("question 6", "question 7")
     )
+
+
+def test_refill_rolls_out_and_returns_every_kept_prompt_of_a_draw_in_its_own_step():
+    """All prompts unseen (epoch 1): q = 1 keeps all floor(4 / 0.5) = 8 drawn prompts. Their 32 rollouts
+    belong to this step (its normaliser counts 8 prompts drawn); the next step is a new draw."""
+    cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, prompt_batch="refill", seed=1)
+    gen, engine, _ = make_generator(cfg, n_prompts=16, seen=False)
+    for step in range(2):
+        engine.prompts.clear()
+        samples, _, consumed, exhausted = gen.generate_samples(**KW)
+        drawn = {f"question {i}" for i in range(8 * step, 8 * step + 8)}
+        assert consumed == 8 and set(engine.prompts) == drawn  # a fresh draw, all of it rolled out
+        assert len(samples) == 8 * 4 and {s.prompts[0] for s in samples} == drawn
+        assert gen.last_draw.drawn == gen.last_draw.kept == 8
+        assert gen.pop_counts()["prompts/rolled_out"] == 8.0
+    assert not exhausted
+    assert gen.generate_samples(**KW)[::2] == ([], 0)  # 16 prompts, two draws: nothing was left over
 
 
 def test_an_exhausted_dataloader_ends_the_epoch_without_a_draw():
