@@ -8,8 +8,9 @@ Seam: ``RemoteExperienceMaker.make_experience_batch``. With the rewards already 
 2. group advantages on the FULL groups (``core.group_advantages``, OpenRLHF's formulas), and the prompt
    history is updated from every group's rewards;
 3. keep probabilities, a seeded mask and the weights in one call (``core.prune_completions``; a
-   systematic draw keeps a multiple of the data-parallel size); A == 0 completions get p = 0 only when
-   no KL (in reward or loss) or entropy term can give them a gradient;
+   systematic draw keeps a multiple of the data-parallel size, with the p = 1 completions held at 1
+   unless no multiple is reachable that way: ``dppo/completion_fixed_size_fallback``); A == 0
+   completions get p = 0 only when no KL (in reward or loss) or entropy term can give them a gradient;
 4. the actor / reference forwards run ONLY on the kept completions (the parent's
    ``split_rollout_samples`` + ``make_experience`` on the kept list): that is the saving;
 5. advantages as OpenRLHF computes them for group estimators (``compute_reward``: reward clipped to

@@ -33,6 +33,9 @@ from openrlhf_dppo.core.packing import PACKERS, PackPlan, pack
 from openrlhf_dppo.core.registry import Registry
 from openrlhf_dppo.core.sampling import (
     FIXED_SIZE_DESIGNS,
+    FIXED_SIZE_FALLBACK,
+    FIXED_SIZE_HELD,
+    FIXED_SIZE_NOT_MULTIPLE,
     SAMPLING_DESIGNS,
     fixed_size_probs,
     sample_mask,
@@ -52,6 +55,9 @@ __all__ = [
     "COMPLETION_POLICIES",
     "ESTIMATORS",
     "FIXED_SIZE_DESIGNS",
+    "FIXED_SIZE_FALLBACK",
+    "FIXED_SIZE_HELD",
+    "FIXED_SIZE_NOT_MULTIPLE",
     "PACKERS",
     "REQUIRED_KEYS",
     "REWARD_KINDS",
