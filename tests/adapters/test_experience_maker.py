@@ -13,16 +13,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 from dppo_stand_ins import (
-    FAKE_RAY,
     StandInGroup,
     StandInTokenizer,
     base_argv,
     logprob_fn,
     make_args,
+    rollout,
     rollout_batch,
 )
 from openrlhf.models import PolicyLoss
-from openrlhf.trainer.ppo_utils import experience_maker as host_maker
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 from openrlhf.utils.loss_utils import get_loss_batch_info
@@ -30,17 +29,14 @@ from openrlhf.utils.loss_utils import get_loss_batch_info
 from openrlhf_dppo.adapters.actor import DPPOReplayBuffer
 from openrlhf_dppo.adapters.dispatch import SAMPLE_WEIGHT
 from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker
-from openrlhf_dppo.adapters.samples_generator import PROMPT_ATTR, PromptDraw
+from openrlhf_dppo.adapters.step import PROMPT_ATTR, DrawRecord, PromptDraw, StepContext
 from openrlhf_dppo.core import DPPOConfig, PromptHistory, completion_keep_probs, sample_mask, step_generator
 
 ACTOR = logprob_fn(0.01, 0.05, 5)
 REF = logprob_fn(0.02, 0.07, 3)
 
 
-@pytest.fixture(autouse=True)
-def stand_in_ray(monkeypatch):
-    monkeypatch.setattr(host_maker, "ray", FAKE_RAY)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)  # NaiveReplayBuffer names a device
+pytestmark = pytest.mark.usefixtures("stand_in_ray")
 
 
 _ARGS = {}
@@ -72,15 +68,22 @@ def groups(args):
     return StandInGroup(ACTOR, 1), ref
 
 
-def dppo_maker(args, cfg, step=0):
+def dppo_maker(args, cfg):
     actor, ref = groups(args)
     strategy = SimpleNamespace(args=args)
     kl = FixedKLController(args.algo.kl.init_coef)
-    maker = DPPOExperienceMaker(
+    return DPPOExperienceMaker(
         actor, None, None, ref, kl, strategy, StandInTokenizer(), dppo=cfg, history=PromptHistory(16)
     )
-    maker.step = step
-    return maker
+
+
+def make(maker, samples, step=0, drawn=None, filtered=()):
+    """One step through the maker: (experiences, the StepContext it filled). drawn: the prompts the
+    generator drew (None: no draw record, as with dynamic filtering's HT count)."""
+    ctx = StepContext(
+        step=step, draw=None if drawn is None else DrawRecord(drawn=drawn), filtered=list(filtered)
+    )
+    return maker.make_experience_batch(ctx, samples), ctx
 
 
 def by_sample(experiences, ids):
@@ -102,7 +105,7 @@ def test_zero_pruning_reproduces_grpo_advantages_exactly(kl):
     samples = tag(rollout_batch(5, G, seed=1), G)
     grpo_samples = copy.deepcopy(samples)
     cfg = DPPOConfig(drop_zero_advantage=False)
-    ours = dppo_maker(args, cfg).make_experience_batch(samples)
+    ours, _ = make(dppo_maker(args, cfg), samples)
     actor, ref = groups(args)
     host = RemoteExperienceMaker(actor, None, None, ref, FixedKLController(args.algo.kl.init_coef),
                                  SimpleNamespace(args=args), StandInTokenizer())  # fmt: skip
@@ -116,36 +119,14 @@ def test_zero_pruning_reproduces_grpo_advantages_exactly(kl):
         assert torch.equal(a[i][2], b[i][2]), i  # info["return"]
 
 
-def test_enable_false_is_the_host_path_same_advantages_and_loss():
-    args = args_for(kl="reward")
-    G = args.rollout.n_samples_per_prompt
-    samples = rollout_batch(5, G, seed=3)  # no prompt tags: the GRPO generator does not make them
-    host_samples = copy.deepcopy(samples)
-    ours = dppo_maker(args, DPPOConfig(enable=False, completion_prune_rate=0.5)).make_experience_batch(
-        samples
-    )
-    actor, ref = groups(args)
-    host = RemoteExperienceMaker(actor, None, None, ref, FixedKLController(args.algo.kl.init_coef),
-                                 SimpleNamespace(args=args), StandInTokenizer())  # fmt: skip
-    theirs = host.make_experience_batch(host_samples)
-    assert len(ours) == len(theirs)
-    loss_fn, theta = PolicyLoss(), torch.tensor(0.3)
-    for a, b in zip(ours, theirs):
-        assert a.index == b.index and SAMPLE_WEIGHT not in a.info
-        assert torch.equal(a.advantages, b.advantages) and torch.equal(a.returns, b.returns)
-        la = loss_fn(new_logprobs(a, theta), a.action_log_probs, a.advantages, a.action_mask)[0]
-        lb = loss_fn(new_logprobs(b, theta), b.action_log_probs, b.advantages, b.action_mask)[0]
-        assert torch.equal(la, lb)
-
-
 def test_pruning_forwards_only_kept_completions_and_folds_the_weights():
     args = args_for(dp=2)
     G = args.rollout.n_samples_per_prompt
     q = torch.tensor([0.5, 1.0, 0.25, 0.8, 1.0, 0.4])
     samples = tag(rollout_batch(6, G, seed=2), G, q)
     cfg = DPPOConfig(completion_prune_rate=0.5, completion_policy="proportional", p_min=0.1, seed=3)
-    maker = dppo_maker(args, cfg, step=4)
-    experiences = maker.make_experience_batch(samples)
+    maker = dppo_maker(args, cfg)
+    experiences, ctx = make(maker, samples, step=4)
 
     # recompute the decision with core: group advantages of the FULL groups, the same seeded draw
     rewards = torch.cat([s.rewards for s in samples]).reshape(-1, G)
@@ -168,13 +149,36 @@ def test_pruning_forwards_only_kept_completions_and_folds_the_weights():
         assert torch.equal(advantages, returns * w.to(returns.dtype))  # weight folded after the clip
     weights = torch.cat([e.info[SAMPLE_WEIGHT] for e in experiences])
     assert weights.min() >= 1.0
-    m = maker.step_metrics
+    m = ctx.metrics
     tokens = [int(s.action_mask.sum()) for s in samples]
-    assert m["tokens/trained"] == sum(tokens[i] for i in kept)
-    assert m["tokens/trained"] + m["tokens/pruned"] == sum(tokens)
-    assert m["samples/trained"] == len(kept) and m["samples/pruned"] == len(samples) - len(kept)
+    assert m["tokens/pruned"] == sum(tokens) - sum(tokens[i] for i in kept)  # counted from the mask
+    assert m["samples/pruned"] == len(samples) - len(kept) and "samples/trained" not in m
     assert m["dppo/completion_keep_frac"] == len(kept) / len(samples)
     assert maker.history.count[:6].tolist() == [1] * 6  # every rolled-out prompt recorded once
+
+
+def test_the_history_sees_the_groups_dynamic_filtering_dropped():
+    """Two always-solved prompts (10, 11) were dropped by the filter before the maker saw the batch:
+    the history records them like the trained ones, so their score falls and prompt pruning can skip
+    them next time (with the filter dropping them unseen, they would stay unseen, q = 1, for ever)."""
+    args = args_for(extra=["--algo.dynamic_filtering_enable"])
+    G = args.rollout.n_samples_per_prompt
+    samples = tag(rollout_batch(4, G, seed=8), G)
+    dropped = [rollout(f"solved {j}", 4, 3, 1.0, seed=j * 10 + i) for j in (10, 11) for i in range(G)]
+    for i, s in enumerate(dropped):
+        setattr(s, PROMPT_ATTR, PromptDraw(10 + i // G, 1.0))
+    maker = dppo_maker(args, DPPOConfig(completion_prune_rate=0.5, p_min=0.2))
+    assert torch.isinf(maker.history.score(torch.tensor([10, 11]), G)).all()
+    _, ctx = make(maker, samples, step=3, filtered=dropped)
+    assert maker.history.count[[0, 1, 2, 3, 10, 11]].tolist() == [1] * 6
+    assert maker.history.last_step[[10, 11]].tolist() == [3, 3]
+    # recorded like the trained all-solved prompt 2 (rollout_batch: every third group is all 1): the
+    # score of an all-right group, 1 - (5/6)^4 - (1/6)^4 with the Beta(1, 1) prior, no longer unseen
+    scores = maker.history.score(torch.tensor([2, 10, 11]), G)
+    assert torch.equal(scores[1:], scores[:1].expand(2)) and float(scores[0]) == pytest.approx(
+        1 - (5 / 6) ** 4 - (1 / 6) ** 4, rel=1e-6
+    )
+    assert ctx.metrics["samples/pruned"] <= len(samples)  # the dropped groups are not the maker's
 
 
 def test_with_a_kl_term_zero_advantage_completions_keep_a_positive_probability():
@@ -184,11 +188,11 @@ def test_with_a_kl_term_zero_advantage_completions_keep_a_positive_probability()
     maker = dppo_maker(args, DPPOConfig(completion_prune_rate=0.5, p_min=0.2))
     rewards = torch.cat([s.rewards.float() for s in samples]).reshape(-1, G)
     adv = ((rewards - rewards.mean(-1, keepdim=True)) / (rewards.std(-1, keepdim=True) + 1e-9)).reshape(-1)
-    p_used = maker._completion_draw(adv, torch.ones_like(adv, dtype=torch.float64), 1)[0].prob
+    p_used = maker._completion_draw(adv, torch.ones_like(adv, dtype=torch.float64), 1, 0)[0].prob
     assert (adv == 0).any()
     assert (p_used[adv == 0] >= 0.2 - 1e-12).all()
     maker_no_kl = dppo_maker(args_for(), DPPOConfig(completion_prune_rate=0.5, p_min=0.2))
-    p_free = maker_no_kl._completion_draw(adv, torch.ones_like(adv, dtype=torch.float64), 1)[0].prob
+    p_free = maker_no_kl._completion_draw(adv, torch.ones_like(adv, dtype=torch.float64), 1, 0)[0].prob
     assert (p_free[adv == 0] == 0).all() and (p_free[adv != 0] > 0).all()
 
 
@@ -201,18 +205,18 @@ def new_logprobs(exp, theta):
     return exp.action_log_probs + theta * feature * exp.action_mask
 
 
-def planned_loss(maker, loss_fn, theta):
+def planned_loss(args, plan, loss_fn, theta):
     """Sum over ranks and micro-batches of the rank losses, as the DPPO replay buffer feeds them."""
-    strategy = SimpleNamespace(args=maker.args)
+    strategy = SimpleNamespace(args=args)
     total, per_step, step_losses = 0.0, [], 0.0
-    for rank_exp in maker.dispatch.rank_experiences():
+    for rank_exp in plan.rank_experiences():
         buffer = DPPOReplayBuffer(1, 0, True, True, True)
         buffer.append(rank_exp)
         buffer.setup_dynamic_batch(strategy)
-        assert len(buffer) == maker.dispatch.micro_batches_per_rank
+        assert len(buffer) == plan.micro_batches_per_rank
         for step in range(len(buffer)):
             mb = buffer.collate_fn([buffer[step]])
-            assert int(mb.attention_mask.sum()) <= maker.args.train.max_tokens_per_gpu
+            assert int(mb.attention_mask.sum()) <= args.train.max_tokens_per_gpu
             info = get_loss_batch_info(
                 strategy, mb.action_mask, replay_buffer=buffer, step=step, dynamic_batch=True
             )
@@ -268,14 +272,13 @@ def test_planned_loss_and_gradient_equal_the_weighted_full_batch_loss_for_a_fixe
     q = torch.tensor([0.5, 1.0, 0.25, 0.8, 1.0, 0.4])
     samples = tag(rollout_batch(6, G, seed=7, binary=False), G, q)
     cfg = DPPOConfig(completion_prune_rate=0.4, completion_policy="uniform-low", p_min=0.2, seed=11)
-    maker = dppo_maker(args, cfg, step=1)
-    maker.prompt_draw = SimpleNamespace(drawn=9)  # 9 prompts drawn, 6 rolled out
-    experiences = maker.make_experience_batch(samples)
+    maker = dppo_maker(args, cfg)
+    experiences, ctx = make(maker, samples, step=1, drawn=9)  # 9 prompts drawn, 6 rolled out
     loss_fn = PolicyLoss(**LOSSES[name])
     token_level = loss_fn.token_level_loss
 
     theta = torch.tensor(0.3, requires_grad=True)
-    planned, _ = planned_loss(maker, loss_fn, theta)
+    planned, _ = planned_loss(args, ctx.dispatch, loss_fn, theta)
     (g_planned,) = torch.autograd.grad(planned, theta)
 
     rewards = torch.cat([s.rewards for s in samples]).reshape(-1, G)
@@ -287,10 +290,10 @@ def test_planned_loss_and_gradient_equal_the_weighted_full_batch_loss_for_a_fixe
     weights[torch.tensor(train_ids)[pos]] = torch.cat([e.info[SAMPLE_WEIGHT] for e in experiences]).double()
     tokens = torch.tensor([float(s.action_mask.sum()) for s in samples]).reshape(-1, G).sum(-1)
     z = (tokens.double() / q.double()).sum() if token_level else 9 * G
-    assert maker.step_metrics["dppo/normalizer_seqs"] == 9 * G
+    assert ctx.metrics["dppo/normalizer_seqs"] == 9 * G
     ref = reference_loss(samples, train_ids, weights, adv, z, token_level, loss_fn, theta, ACTOR)
     (g_ref,) = torch.autograd.grad(ref, theta)
-    assert maker.dispatch.num_steps == 1
+    assert ctx.dispatch.num_steps == 1
     torch.testing.assert_close(planned.double(), ref.double(), rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(g_planned.double(), g_ref.double(), rtol=1e-5, atol=1e-7)
 
@@ -323,9 +326,8 @@ def test_loss_and_gradient_are_unbiased_in_expectation_and_the_kept_count_normal
     cfg = DPPOConfig(completion_prune_rate=0.5, completion_policy="proportional", p_min=0.05, seed=0)
     values, grads, biased = [], [], []
     for r in range(300):
-        maker = dppo_maker(args, cfg, step=r)
-        exps = maker.make_experience_batch(samples)
-        z = maker.step_metrics["dppo/normalizer_tokens"]
+        exps, ctx = make(dppo_maker(args, cfg), samples, step=r)
+        z = ctx.metrics["dppo/normalizer_tokens"]
         assert z == z_full
         kept_tokens = float(sum(e.action_mask.sum() for e in exps))
         terms = [loss_fn(new_logprobs(e, theta), e.action_log_probs, e.advantages, e.action_mask,
@@ -389,10 +391,8 @@ def test_both_levels_together_are_unbiased_for_the_seq_mean_loss():
                 s = copy.copy(s)
                 setattr(s, PROMPT_ATTR, PromptDraw(j, float(draw.prob[j])))
                 rolled.append(s)
-        maker = dppo_maker(args, cfg, step=r)
-        maker.prompt_draw = SimpleNamespace(drawn=B)
-        exps = maker.make_experience_batch(rolled)
-        assert maker.step_metrics["dppo/normalizer_seqs"] == B * G
+        exps, ctx = make(dppo_maker(args, cfg), rolled, step=r, drawn=B)
+        assert ctx.metrics["dppo/normalizer_seqs"] == B * G
         loss = sum(
             loss_fn(
                 toward_advantage(e, theta),
