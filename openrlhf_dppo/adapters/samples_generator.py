@@ -60,9 +60,8 @@ class DPPOSamplesGenerator(SamplesGenerator):
         self.dppo = dppo
         self.history = history  # PromptHistory (DPPO) or None
         self.draws = 0  # prompt draws made so far: the seed stream of the next draw (checkpointed)
-        source = (
-            self.args.reward.remote_url or self.args.train.agent_func_path
-        )  # a list of URLs/files, or one
+        # --reward.remote_url is a list (files or URLs); --train.agent_func_path one file
+        source = self.args.reward.remote_url or self.args.train.agent_func_path
         self.reward_source = ", ".join(source) if isinstance(source, (list, tuple)) else source
         self.prompt_index: dict[str, int] = {}
         for i, prompt in enumerate(self.prompts_dataloader.dataset.prompts):
@@ -98,6 +97,7 @@ class DPPOSamplesGenerator(SamplesGenerator):
         return out
 
     def _one_draw(self, **generate_kwargs):
+        """DPPO's step: one prompt draw through vLLM, returned whole (no carry-over buffer: see above)."""
         args = self.args
         if getattr(self, "_dataloader_iter", None) is None:  # a new epoch over the prompts
             self._dataloader_iter = iter(self.prompts_dataloader)
