@@ -3,14 +3,15 @@ and back (plain dataclasses: no host imports).
 
 The trainer makes one ``StepContext`` per step and hands it, explicitly, down the pipeline:
 
-    DPPOTrainer._next_rollouts       StepContext(step)            (made when the step's rollouts are asked for)
-      -> samples_generator.generate_samples(ctx)   fills draw, filtered, the generation and prompt counts
-    DPPOTrainer.train_step(ctx)      the rollout statistics (raw rewards of every rolled-out group)
-      -> experience_maker.make_experience_batch(ctx, samples)   fills dispatch, the pruning metrics
-      -> balance_experiences seam    reads dispatch
-      -> the actors' fit             their status carries the trained counts
-    DPPOTrainer.train_step           status = OpenRLHF's + ctx.metrics; generated = trained + pruned +
-                                     filtered is checked
+    DPPOTrainer._next_rollouts    makes StepContext(step) when OpenRLHF's loop asks for the rollouts
+      -> samples_generator.generate_samples(ctx)      fills draw, filtered, generation / prompt counts
+    DPPOTrainer.train_step        takes the step's context back: rollout statistics (raw rewards of
+                                  every rolled-out group), then OpenRLHF's step with
+      -> experience_maker.make_experience_batch(ctx, samples)   fills dispatch, pruning metrics/counts
+      -> balance_experiences(ctx, ...)                          reads dispatch
+      -> the actors' fit          their status carries the trained and filler counts
+    DPPOTrainer.train_step        status = OpenRLHF's + ctx.metrics; generated = trained + pruned +
+                                  filtered is checked
 
 | field      | written by                        | read by                         |
 |------------|-----------------------------------|---------------------------------|
@@ -18,7 +19,7 @@ The trainer makes one ``StepContext`` per step and hands it, explicitly, down th
 | draw       | generator (its last prompt draw)  | maker (normaliser), trainer (HT reward) |
 | filtered   | generator (groups dynamic filtering dropped) | maker (history), trainer (stats, counts) |
 | dispatch   | maker (packed per-rank plan)      | trainer (``balance_experiences``) |
-| metrics    | generator, maker, trainer (``add`` sums counts) | trainer (the step's status) |
+| metrics    | generator, maker, trainer (GRPO's trained count); ``add`` sums counts | trainer (the step's status) |
 """
 
 from __future__ import annotations
