@@ -61,7 +61,7 @@ REWARD_HT = "rollout/reward_ht"  # Horvitz-Thompson estimate of the drawn batch'
 EVAL_PREFIX, PASS1_SUFFIX = "eval_", "_pass1"  # held-out accuracy: eval_<dataset>_pass1
 EVAL_NUM_SAMPLES = "eval_num_samples"  # eval lines: prompts x samples per prompt, all datasets
 
-# ---- accounting: generated = trained + pruned ----------------------------------------------------
+# ---- accounting: generated = trained + pruned (+ filtered) ------------------------------------------------
 TOKENS_GENERATED, TOKENS_TRAINED, TOKENS_PRUNED = "tokens/generated", "tokens/trained", "tokens/pruned"
 SAMPLES_GENERATED, SAMPLES_TRAINED, SAMPLES_PRUNED = "samples/generated", "samples/trained", "samples/pruned"
 PROMPTS_DRAWN, PROMPTS_ROLLED_OUT, PROMPTS_PRUNED = "prompts/drawn", "prompts/rolled_out", "prompts/pruned"

@@ -1,14 +1,17 @@
 """Thin subclasses that plug ``openrlhf_dppo.core`` into OpenRLHF 0.11.2's Ray PPO pipeline.
 
 Where each part sits (one overridden seam each; see the module docstrings):
-- ``trainer``            PPOTrainer (Ray actor, single controller): swaps in the two below, dispatch plan,
-                         metrics + run directory, prompt history in the checkpoints.
-- ``samples_generator``  SamplesGenerator._generate_vllm: prompt pruning before vLLM.
+- ``trainer``            PPOTrainer (Ray actor, single controller): swaps in the two below, makes each
+                         step's ``StepContext`` and hands it down, the step limit, metrics + accounting
+                         check + run directory, prompt history in the checkpoints.
+- ``step``               ``StepContext``: what one step carries trainer -> generator -> maker -> trainer.
+- ``samples_generator``  SamplesGenerator: prompt pruning before vLLM, one draw per step (no buffer), the
+                         groups dynamic filtering drops, generation counts, reward checks (both arms).
 - ``experience_maker``   RemoteExperienceMaker.make_experience_batch: full-group advantages, completion
                          pruning before the forwards, weights folded, normalisers, packing plan.
 - ``dispatch``           kept items -> per-rank packed micro-batches (core.pack), plan carried in info.
 - ``actor``              PolicyModelActor / ActorPPOTrainer / NaiveReplayBuffer on the DeepSpeed ranks:
-                         follow the plan, weight KL-in-loss and entropy terms.
+                         follow the plan, weight KL-in-loss and entropy terms, count what is trained.
 - ``packing``            registers OpenRLHF's own partitioning as the ``openrlhf`` packer.
 
 ``install(cfg)`` points OpenRLHF at the DPPO classes; ``openrlhf_dppo.cli.train_dppo_ray`` calls it

@@ -30,10 +30,15 @@ def remote_like(actor_class, subclass: type):
 
 @contextlib.contextmanager
 def swap_attr(obj, name: str, value):
-    """Set ``obj.name = value`` for the duration of the block, then restore the previous value."""
+    """Set ``obj.name = value`` for the duration of the block, then restore the previous value (an
+    instance attribute that only shadowed its class's attribute, e.g. a method, is removed again)."""
     previous = getattr(obj, name)
+    owned = name in getattr(obj, "__dict__", {})
     setattr(obj, name, value)
     try:
         yield previous
     finally:
-        setattr(obj, name, previous)
+        if owned:
+            setattr(obj, name, previous)
+        else:
+            delattr(obj, name)

@@ -8,7 +8,12 @@ Seams (each overrides one method and calls the parent):
   the weights folded into A do not reach them (METHOD.md condition 4). OpenRLHF reduces both with the
   module-global ``aggregate_loss`` of ``openrlhf.trainer.ray.ppo_actor`` (``PolicyLoss`` uses its own
   module's copy, untouched); for the duration of one ``training_step`` that global is replaced by one
-  that multiplies each sequence's per-token term by its weight w_j * v_ji.
+  that multiplies each sequence's per-token term by its weight w_j * v_ji. It also counts what the
+  micro-batch trains (``micro_batch_counts``: sequences and action tokens with a non-zero weight) and the
+  zero-weight fillers it only forwards.
+- ``DPPOActorTrainer.ppo_train``: adds those counts, summed over the data-parallel ranks and per PPO
+  epoch, to the status as ``samples|tokens/trained`` and ``samples|tokens/fillers`` (the trainer checks
+  generated = trained + pruned + filtered with them).
 - ``DPPOPolicyModelActor.init_model_from_pretrained``: ``PolicyModelActor`` constructs
   ``ActorPPOTrainer`` by its module-global name; the subclass points that name at ``DPPOActorTrainer``
   for the duration of the parent call (which also builds the replay buffer, replaced right after).
@@ -72,6 +77,29 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
             )
 
 
+def micro_batch_counts(experience) -> torch.Tensor:
+    """(4,) float64: sequences and action tokens with a non-zero weight (trained), then with weight 0
+    (fillers: forwarded, no gradient). A micro-batch without weights (GRPO) trains everything."""
+    tokens = experience.action_mask.reshape(experience.action_mask.shape[0], -1).sum(-1).double()
+    weights = _sequence_weights(experience)
+    live = torch.ones_like(tokens, dtype=torch.bool) if weights is None else weights.cpu() != 0
+    return torch.stack([live.sum().double(), tokens[live].sum(), (~live).sum().double(), tokens[~live].sum()])
+
+
+COUNT_KEYS = ("samples/trained", "tokens/trained", "samples/fillers", "tokens/fillers")
+
+
+def step_counts(counts: torch.Tensor, epochs: int, strategy) -> dict:
+    """The step's ``COUNT_KEYS`` from this rank's summed ``micro_batch_counts`` (4,): per PPO epoch
+    (every epoch visits every micro-batch once), summed over the data-parallel ranks."""
+    counts = counts.to(torch.float64) / epochs
+    if dist.is_available() and dist.is_initialized():
+        device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+        counts = counts.to(device)
+        dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=_get_dp_group(strategy))
+    return dict(zip(COUNT_KEYS, counts.cpu().tolist()))
+
+
 def _sequence_weights(experience) -> torch.Tensor | None:
     w = experience.info.get(SAMPLE_WEIGHT)
     if w is None:
@@ -97,11 +125,20 @@ def weighted_aux_losses(weights: torch.Tensor):
 class DPPOActorTrainer(ppo_actor.ActorPPOTrainer):
     """ActorPPOTrainer with the DPPO replay buffer and weighted KL-in-loss / entropy terms."""
 
+    _counts = torch.zeros(4, dtype=torch.float64)  # micro_batch_counts summed since ppo_train began
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.replay_buffer = DPPOReplayBuffer.like(self.replay_buffer)
 
+    def ppo_train(self, kl_ctl: float):
+        self._counts = torch.zeros(4, dtype=torch.float64)
+        status = super().ppo_train(kl_ctl)
+        status.update(step_counts(self._counts, self.max_epochs, self.strategy))
+        return status
+
     def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
+        self._counts = self._counts + micro_batch_counts(experience)
         weights = _sequence_weights(experience)
         if weights is None:
             return super().training_step(experience, kl_ctl, step, loss_batch_info)

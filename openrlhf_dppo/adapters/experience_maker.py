@@ -1,13 +1,18 @@
 """Completion pruning (METHOD.md "Level 2") in OpenRLHF's experience maker.
 
-Seam: ``RemoteExperienceMaker.make_experience_batch``. With the rewards already on the rollouts:
+Seam: ``RemoteExperienceMaker.make_experience_batch(ctx, rollout_samples)`` -- the trainer hands the
+step's ``StepContext`` in (``adapters.step``). With the rewards already on the rollouts:
 
-1. OpenRLHF's length penalties (DAPO overlong, ProRL stop-properly) on ALL rollouts;
-2. group advantages on the FULL groups (``core.group_advantages``, OpenRLHF's formulas), and the prompt
-   history is updated from every group's rewards;
+1. OpenRLHF's length penalties (DAPO overlong, ProRL stop-properly) on ALL rollouts (the trainer took
+   the ``rollout/*`` statistics from the raw rewards before);
+2. group advantages on the FULL groups (``core.group_advantages``, OpenRLHF's formulas); the prompt
+   history is updated from every rolled-out group's rewards, including the groups OpenRLHF's dynamic
+   filter dropped (``ctx.filtered``, same length penalties);
 3. keep probabilities, a seeded mask and the weights in one call (``core.prune_completions``; a
-   systematic draw keeps a multiple of the data-parallel size); A == 0 completions get p = 0 only when
-   no KL (in reward or loss) or entropy term can give them a gradient;
+   systematic draw keeps a multiple of the data-parallel size, with the p = 1 completions held at 1
+   unless no multiple is reachable that way: ``dppo/completion_fixed_size_fallback``); A == 0
+   completions get p = 0 only when no KL (in reward or loss) or entropy term can give them a gradient.
+   ``samples|tokens/pruned`` are counted here, from the mask;
 4. the actor / reference forwards run ONLY on the kept completions (the parent's
    ``split_rollout_samples`` + ``make_experience`` on the kept list): that is the saving;
 5. advantages as OpenRLHF computes them for group estimators (``compute_reward``: reward clipped to
@@ -15,10 +20,11 @@ Seam: ``RemoteExperienceMaker.make_experience_batch``. With the rewards already 
    w_j v_ji = 1/(q_j p_ji) is folded in (``core.fold_weights``). With KL in the reward the weight
    multiplies the whole per-token advantage (KL part included), which keeps that objective unbiased;
 6. the full-batch normalisers (``core.full_batch_normalizer``) and the packed per-rank dispatch plan
-   (``adapters.dispatch``), handed to the trainer's ``balance_experiences`` seam.
+   (``adapters.dispatch``) in ``ctx.dispatch``, for the trainer's ``balance_experiences`` seam.
 
 Fewer kept completions than data-parallel ranks (only when nearly everything is pruned) are topped up
-with zero-weight fillers: they are forwarded but add nothing to the gradient.
+with zero-weight fillers (pruned completions, counted as pruned): they are forwarded but add nothing to
+the gradient, and the actor counts them as ``samples|tokens/fillers``, not as trained.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from openrlhf_dppo.adapters.dispatch import SAMPLE_WEIGHT, build_dispatch, num_optimizer_steps
-from openrlhf_dppo.adapters.samples_generator import PROMPT_ATTR, PromptDraw
+from openrlhf_dppo.adapters.samples_generator import response_tokens
+from openrlhf_dppo.adapters.step import PROMPT_ATTR, PromptDraw, StepContext
 from openrlhf_dppo.core import (
     FIXED_SIZE_DESIGNS,
     fold_weights,
@@ -57,23 +64,14 @@ def has_aux_terms(args) -> bool:
     return kl or entropy
 
 
-def response_tokens(sample) -> int:
-    return int(sample.action_mask.sum().item())
-
-
 class DPPOExperienceMaker(RemoteExperienceMaker):
     def __init__(self, *args, dppo, history, **kwargs):
         super().__init__(*args, **kwargs)
         self.dppo = dppo
         self.history = history
-        self.step = 0  # the training step (set by the trainer): history stamp and seed stream
-        self.prompt_draw = None  # the samples generator's DrawRecord of this batch (set by the trainer)
-        self.dispatch = None  # DispatchPlan of the last batch
-        self.step_metrics: dict = {}
-        self.rollout_stats: dict = {}
 
     # ---- 1-3: rewards, full-group advantages, keep decisions ------------------------------------
-    def _groups(self, rollout_samples):
+    def _groups(self, rollout_samples) -> list[PromptDraw]:
         G = self.args.rollout.n_samples_per_prompt
         if len(rollout_samples) % G:
             raise RuntimeError(f"{len(rollout_samples)} rollouts are not whole groups of {G}")
@@ -84,8 +82,24 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
                 raise RuntimeError(f"rollouts {j * G}..{j * G + G - 1} are not one prompt's group: {group}")
         return [g[0] for g in groups]
 
-    def _completion_draw(self, adv_flat: torch.Tensor, prompt_weight: torch.Tensor, dp: int):
-        """core.prune_completions with this run's settings: (Draw, metrics)."""
+    def _shaped_rewards(self, samples) -> torch.Tensor:
+        """(n, G) rewards after OpenRLHF's length penalties (applied to ``samples`` in place)."""
+        for s in samples:
+            s.rewards = s.rewards.to(torch.promote_types(s.rewards.dtype, torch.float32))
+        apply_length_penalties(samples, self.args)
+        return torch.cat([s.rewards for s in samples]).reshape(-1, self.args.rollout.n_samples_per_prompt)
+
+    def _update_history(self, ctx: StepContext, draws: list[PromptDraw], rewards: torch.Tensor) -> None:
+        """Every rolled-out group's (shaped) rewards, those dynamic filtering dropped included: the
+        history must learn that an always-solved prompt is uninformative, whether or not it was kept."""
+        index = [d.index for d in draws]
+        if ctx.filtered:
+            index += [d.index for d in self._groups(ctx.filtered)]
+            rewards = torch.cat([rewards, self._shaped_rewards(ctx.filtered).to(rewards.dtype)])
+        self.history.update(torch.tensor(index, dtype=torch.int64), rewards, ctx.step)
+
+    def _completion_draw(self, adv_flat: torch.Tensor, prompt_weight: torch.Tensor, dp: int, step: int):
+        """core.prune_completions with this run's settings (seed stream: the step): (Draw, metrics)."""
         cfg = self.dppo
         return prune_completions(
             adv_flat,
@@ -94,7 +108,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
             cfg.p_min,
             allow_zero=cfg.drop_zero_advantage and not has_aux_terms(self.args),
             design=cfg.sampling,
-            generator=step_generator(cfg.seed, self.step, 1),
+            generator=step_generator(cfg.seed, step, 1),
             multiple_of=dp if cfg.sampling in FIXED_SIZE_DESIGNS else 1,
             prompt_weight=prompt_weight,
         )
@@ -110,31 +124,27 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
 
     # ---- the seam -------------------------------------------------------------------------------
     @torch.no_grad()
-    def make_experience_batch(self, rollout_samples):
-        if not self.dppo.enable:
-            return super().make_experience_batch(rollout_samples)
+    def make_experience_batch(self, ctx: StepContext, rollout_samples):
+        """The kept completions' experiences of one step (OpenRLHF's return), the step's dispatch plan
+        and pruning metrics written to ``ctx`` (the trainer hands ``ctx`` in: see ``adapters.step``)."""
         args, G = self.args, self.args.rollout.n_samples_per_prompt
         dp = effective_dp_size(args)
 
-        for s in rollout_samples:
-            s.rewards = s.rewards.to(torch.promote_types(s.rewards.dtype, torch.float32))
-        apply_length_penalties(rollout_samples, args)
-        draws: list[PromptDraw] = self._groups(rollout_samples)
-        rewards = torch.cat([s.rewards for s in rollout_samples]).reshape(-1, G)
+        draws = self._groups(rollout_samples)
+        rewards = self._shaped_rewards(rollout_samples)
         adv = group_advantages(rewards, args.algo.advantage.estimator)
-        self.history.update(torch.tensor([d.index for d in draws]), rewards, self.step)
+        self._update_history(ctx, draws, rewards)
 
         adv_flat = adv.reshape(-1)
         q = torch.tensor([d.q for d in draws], dtype=torch.float64)
-        draw, metrics = self._completion_draw(adv_flat, (1.0 / q).repeat_interleave(G), dp)
+        draw, metrics = self._completion_draw(adv_flat, (1.0 / q).repeat_interleave(G), dp, ctx.step)
         mask, weights = draw.mask, draw.weight.clone()
         tokens = [response_tokens(s) for s in rollout_samples]
         kept = mask.nonzero().flatten().tolist()
         fillers = self._top_up(mask, [int(s.total_length.item()) for s in rollout_samples], dp)
         weights[fillers] = 0.0
         metrics["dppo/completion_fillers"] = float(len(fillers))
-        self.rollout_stats = self._rollout_stats(rollout_samples)
-        z_tok, z_seq = self._normalizers(draws, tokens, q)
+        z_tok, z_seq = self._normalizers(ctx, tokens, q)
         metrics["dppo/normalizer_tokens"], metrics["dppo/normalizer_seqs"] = z_tok, z_seq
 
         train_ids = sorted(kept + fillers)
@@ -145,31 +155,26 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         items = self._single_items(experiences)
         capacity = args.train.max_tokens_per_gpu * args.ds.ring_attn_size * args.ds.tensor_parallel_size
         steps = num_optimizer_steps(args.rollout.batch_size, G, args.train.batch_size)
-        self.dispatch = build_dispatch(
+        ctx.dispatch = build_dispatch(
             items, dp, capacity, steps, z_tok, z_seq, packer=self.dppo.packer, window=self.dppo.pack_window
         )
-        metrics.update(self.dispatch.metrics)
-        trained = sum(tokens[i] for i in train_ids)
-        counts = {
-            "tokens/trained": float(trained),
-            "tokens/pruned": float(sum(tokens) - trained),
-            "samples/trained": float(len(train_ids)),
-            "samples/pruned": float(len(rollout_samples) - len(train_ids)),
-        }
-        self.step_metrics = {**metrics, **counts}
+        metrics.update(ctx.dispatch.metrics)
+        ctx.metrics.update(metrics)
+        pruned = (~mask).nonzero().flatten().tolist()  # counted where the mask is drawn
+        ctx.add({"samples/pruned": len(pruned), "tokens/pruned": sum(tokens[i] for i in pruned)})
         return experiences
 
     # ---- 5-6: advantages, normalisers ------------------------------------------------------------
-    def _normalizers(self, draws, tokens: list[int], q: torch.Tensor) -> tuple[float, float]:
+    def _normalizers(self, ctx: StepContext, tokens: list[int], q: torch.Tensor) -> tuple[float, float]:
         """(Z_tok, Z_seq) of the full batch (METHOD.md condition 1)."""
         args, cfg, G = self.args, self.dppo, self.args.rollout.n_samples_per_prompt
         prompt_tokens = torch.tensor(tokens, dtype=torch.float64).reshape(-1, G).sum(-1)
         w = 1.0 / q
-        if args.algo.dynamic_filtering_enable or self.prompt_draw is None:
+        if args.algo.dynamic_filtering_enable or ctx.draw is None:
             # the accepted groups are a filtered subset: Horvitz-Thompson count of the prompts
             n_prompts = float(w.sum())
         else:
-            n_prompts = self.prompt_draw.drawn
+            n_prompts = ctx.draw.drawn
         z_seq, _ = full_batch_normalizer(False, n_prompts, G)
         max_new = args.rollout.max_new_tokens or args.data.max_len
         z_tok, _ = full_batch_normalizer(
@@ -214,17 +219,3 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
             items.extend(split_experience_batch(exp))
             exp.index = index
         return items
-
-    @staticmethod
-    def _rollout_stats(samples) -> dict:
-        """OpenRLHF's ``rollout/*`` statistics over ALL rollouts (the kept set is a weighted subset)."""
-        rewards = torch.cat([s.rewards for s in samples]).float()
-        lengths = torch.cat([s.response_length for s in samples]).float()
-        truncated = torch.cat([s.truncated for s in samples]).float()
-        return {
-            "rollout/reward_mean": rewards.mean().item(),
-            "rollout/reward_std": rewards.std().item() if len(rewards) > 1 else 0.0,
-            "rollout/response_length_mean": lengths.mean().item(),
-            "rollout/truncated_rate": truncated.mean().item(),
-            "rollout/num_samples": float(len(rewards)),
-        }

@@ -1,30 +1,43 @@
 """The trainer actor (single controller): OpenRLHF's ``PPOTrainer`` with the DPPO parts swapped in.
 
-Seams (each overrides one method of ``openrlhf.trainer.ppo_trainer.PPOTrainer`` and calls the parent):
-- ``__init__``: with DPPO on, replaces ``samples_generator`` / ``experience_maker`` by the DPPO
-  subclasses (same constructor arguments) that share one ``PromptHistory``; writes run_config.json.
-- ``train_step``: counts what was generated, and -- DPPO on -- replaces the module-global
-  ``balance_experiences`` of ``openrlhf.trainer.ppo_trainer`` for the duration of the parent call by the
-  experience maker's packed per-rank dispatch plan; merges the step's DPPO metrics into the status
-  (so wandb / tensorboard log them) and checks generated = trained + pruned.
-- ``_compute_rollout_stats``: ``rollout/*`` over all rollouts, not only the kept ones.
-- ``save_logs_and_checkpoints``: one metrics.jsonl line per step; the DPPO state (prompt history,
-  draw counters) goes into the checkpoint's client states; ``init_checkpoint_states`` restores it.
-- ``evaluate`` / ``fit``: eval lines and status.json.
-With ``--dppo.enable false`` only the run-directory writing is added: every number is GRPO's.
+One step, top to bottom (the ``StepContext`` of ``adapters.step`` is handed down and read back):
+1. ``_next_rollouts``: OpenRLHF's loop asks ``samples_generator.generate_samples()`` for each step's
+   rollouts; during ``fit`` that call comes here. It answers "exhausted" once ``--dppo.max_steps``
+   steps are done (that ends every episode loop, after the last step's evaluation, when on the
+   schedule, and checkpoint), else makes the step's ``StepContext`` and passes it to the generator.
+2. ``train_step``: the ``rollout/*`` statistics from the RAW rewards of every rolled-out group (with
+   ``rollout/reward_ht``, ``core.reward_stats``), then OpenRLHF's step with two calls routed for its
+   duration: ``experience_maker.make_experience_batch`` gets the context, and the module-global
+   ``balance_experiences`` returns the maker's packed per-rank plan (DPPO). The context's metrics go
+   into the status (wandb / tensorboard log them) and generated = trained + pruned + filtered is
+   checked, each count taken where it happens: generated and filtered by the samples generator,
+   pruned by the experience maker's mask, trained by the actors from their micro-batches (non-zero
+   weight only; GRPO: every experience the maker hands the actors).
+3. ``save_logs_and_checkpoints``: one metrics.jsonl line per step; the DPPO state (prompt history,
+   draw counters) goes into the checkpoint's client states; ``init_checkpoint_states`` restores it.
+Also: ``evaluate`` writes one eval line per evaluation with ``timing/eval`` (seconds); ``fit`` writes
+status.json and, for a fresh run (not resumed) with evaluation on, evaluates once before step 1 (step
+0). With ``--dppo.enable false`` the generator only observes (counts, reward checks) and OpenRLHF's
+experience maker and actor run unchanged: every number is GRPO's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import math
 import os
+import time
 
+import torch
 from openrlhf.trainer import ppo_trainer
 from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_dppo.adapters._ray import remote_like, swap_attr, unwrap_actor_class
-from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker, response_tokens
-from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator
-from openrlhf_dppo.core import DPPOConfig, PromptHistory
+from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker
+from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError
+from openrlhf_dppo.adapters.step import PROMPT_ATTR, StepContext
+from openrlhf_dppo.core import DPPOConfig, PromptHistory, reward_stats
 from openrlhf_dppo.run_dir import RunDir
 
 logger = init_logger(__name__)
@@ -32,16 +45,48 @@ DPPO_STATE = "dppo_state"
 
 
 class AccountingError(RuntimeError):
-    """Generated tokens/samples do not equal trained + pruned."""
+    """Generated tokens/samples do not equal trained + pruned + filtered."""
 
 
 def check_accounting(status: dict) -> None:
+    """Each unit's generated count must equal trained + pruned + filtered (four independent counts)."""
     for unit in ("tokens", "samples"):
-        gen, trained, pruned = (status.get(f"{unit}/{k}") for k in ("generated", "trained", "pruned"))
-        if gen is None or trained is None or pruned is None:
-            continue
-        if gen != trained + pruned:
-            raise AccountingError(f"{unit}: generated {gen} != trained {trained} + pruned {pruned}")
+        parts = {k: status.get(f"{unit}/{k}") for k in ("generated", "trained", "pruned", "filtered")}
+        missing = [k for k, v in parts.items() if v is None]
+        if missing:
+            raise AccountingError(f"{unit}: no count of {', '.join(missing)} for this step")
+        if parts["generated"] != parts["trained"] + parts["pruned"] + parts["filtered"]:
+            raise AccountingError(
+                f"{unit}: generated {parts['generated']} != trained {parts['trained']} + pruned "
+                f"{parts['pruned']} + filtered {parts['filtered']}"
+            )
+
+
+def scheduler_steps(args, host_steps: int, step_limit: int | None) -> int:
+    """The optimizer steps the LR schedule spans (OpenRLHF's ``get_max_steps``): OpenRLHF's count for
+    all episodes, or -- with ``--dppo.max_steps`` -- that of the steps the run will make, if fewer."""
+    if step_limit is None:
+        return host_steps
+    per_step = max(1, args.rollout.batch_size * args.rollout.n_samples_per_prompt // args.train.batch_size)
+    return min(host_steps, step_limit * per_step * args.train.max_epochs)
+
+
+def rollout_stats(samples, group_size: int, num_drawn: int | None) -> dict | None:
+    """``rollout/*`` of a step's rolled-out completions (whole groups, in order) from their RAW rewards,
+    before any length penalty; None when a reward model scores them later (no rewards on them yet).
+    q of a group: its ``PromptDraw`` (1 when untagged); num_drawn: the prompts drawn (None: the groups)."""
+    if not samples or any(s.rewards is None for s in samples):
+        return None
+    rewards = torch.cat([s.rewards.reshape(-1) for s in samples]).to(torch.float64).reshape(-1, group_size)
+    tags = [getattr(s, PROMPT_ATTR, None) for s in samples[::group_size]]
+    q = torch.tensor([1.0 if t is None else t.q for t in tags], dtype=torch.float64)
+    stats = reward_stats(rewards, q, num_drawn)
+    stats["rollout/response_length_mean"] = (
+        torch.cat([s.response_length for s in samples]).float().mean().item()
+    )
+    stats["rollout/truncated_rate"] = torch.cat([s.truncated for s in samples]).float().mean().item()
+    stats["rollout/num_samples"] = float(len(samples))
+    return stats
 
 
 _PPOTrainerBase = unwrap_actor_class(ppo_trainer.PPOTrainer)
@@ -64,15 +109,16 @@ class _DPPOTrainer(_PPOTrainerBase):
                 prior=self.dppo.history_prior,
                 reward_kind=self.dppo.reward_kind,
             )
-            self.samples_generator = DPPOSamplesGenerator(
-                strategy=strategy,
-                prompts_dataloader=self.prompts_dataloader,
-                eval_dataloader=self.eval_dataloader,
-                tokenizer=self.tokenizer,
-                vllm_engines=vllm_engines,
-                dppo=self.dppo,
-                history=self.history,
-            )
+        self.samples_generator = DPPOSamplesGenerator(
+            strategy=strategy,
+            prompts_dataloader=self.prompts_dataloader,
+            eval_dataloader=self.eval_dataloader,
+            tokenizer=self.tokenizer,
+            vllm_engines=vllm_engines,
+            dppo=self.dppo,
+            history=self.history,
+        )
+        if self.dppo.enable:
             self.experience_maker = DPPOExperienceMaker(
                 self.actor_model_group,
                 self.critic_model_group,
@@ -84,51 +130,67 @@ class _DPPOTrainer(_PPOTrainerBase):
                 dppo=self.dppo,
                 history=self.history,
             )
+        self.step_limit = getattr(args.dppo, "max_steps", None)
+        self.max_steps = scheduler_steps(args, self.max_steps, self.step_limit)
         run_path = getattr(args.dppo, "run_dir", None) or args.ckpt.output_dir
-        self.run_dir = RunDir(os.path.abspath(run_path), max_steps=self.max_steps)
+        shown_max = self.step_limit if self.step_limit is not None else self.max_steps
+        self.run_dir = RunDir(os.path.abspath(run_path), max_steps=shown_max)
         self.run_dir.write_config(args, self.dppo, "dppo" if self.dppo.enable else "grpo")
-        self._last_step = 0
+        self._last_step = 0  # the last step trained (from the checkpoint on a resume)
+        self._checkpoint_states = None
+        self._ctx: StepContext | None = None  # the step being made (from its rollouts to its status)
 
     # ---- one step -------------------------------------------------------------------------------
+    def _next_rollouts(self, generate, **generate_kwargs):
+        """Where OpenRLHF's loop gets each step's rollouts during ``fit``: "exhausted" (nothing
+        generated) once ``--dppo.max_steps`` steps are done, else ``generate(ctx)`` for the step. A
+        call that returns nothing (every drawn prompt pruned) keeps the context for the step's next call."""
+        if self.step_limit is not None and self._last_step >= self.step_limit:
+            return [], None, 0, True
+        if self._ctx is None:
+            self._ctx = StepContext(step=self._last_step + 1)
+        return generate(self._ctx, **generate_kwargs)
+
     def train_step(self, rollout_samples, global_step):
-        counts = {
-            "tokens/generated": float(sum(response_tokens(s) for s in rollout_samples)),
-            "samples/generated": float(len(rollout_samples)),
-        }
-        if not self.dppo.enable:
+        ctx, self._ctx = self._ctx, None
+        G = self.args.rollout.n_samples_per_prompt
+        rolled_out = list(rollout_samples) + ctx.filtered
+        stats = rollout_stats(rolled_out, G, ctx.draw.drawn if ctx.draw is not None else None)
+        maker = self.experience_maker
+        with contextlib.ExitStack() as routes:
+            if self.dppo.enable:
+                make = functools.partial(maker.make_experience_batch, ctx)
+                plan = functools.partial(self._planned_balance, ctx)
+                routes.enter_context(swap_attr(ppo_trainer, "balance_experiences", plan))
+            else:
+                make = functools.partial(self._count_trained, maker.make_experience_batch, ctx)
+            routes.enter_context(swap_attr(maker, "make_experience_batch", make))
             status, step = super().train_step(rollout_samples, global_step)
-            n_prompts = len(rollout_samples) / self.args.rollout.n_samples_per_prompt
-            counts.update({
-                "tokens/trained": counts["tokens/generated"], "tokens/pruned": 0.0,
-                "samples/trained": counts["samples/generated"], "samples/pruned": 0.0,
-                "prompts/drawn": n_prompts, "prompts/rolled_out": n_prompts, "prompts/pruned": 0.0,
-            })  # fmt: skip
-        else:
-            maker = self.experience_maker
-            maker.step = global_step
-            maker.prompt_draw = self.samples_generator.last_draw
-            with swap_attr(ppo_trainer, "balance_experiences", self._planned_balance):
-                status, step = super().train_step(rollout_samples, global_step)
-            counts.update(maker.step_metrics)
-            counts.update(self.samples_generator.pop_counts())
-            counts.update(self.samples_generator.last_draw.metrics)
-        status.update(counts)
+        if stats is not None:  # the raw rewards (OpenRLHF's statistics follow the length penalties)
+            status.update(stats)
+        else:  # a reward model scored the batch: OpenRLHF's statistics, q = 1 for every prompt
+            status["rollout/reward_ht"] = status["rollout/reward_mean"]
+        status.update(ctx.metrics)
         check_accounting(status)
         return status, step
 
-    def _planned_balance(self, experiences, args):
+    @staticmethod
+    def _count_trained(make, ctx: StepContext, rollout_samples):
+        """GRPO: OpenRLHF's experience maker; every experience it hands the actors is trained."""
+        experiences = make(rollout_samples)
+        tokens = sum(int(e.action_mask.sum()) for e in experiences)
+        ctx.add({"samples/trained": sum(len(e.sequences) for e in experiences), "tokens/trained": tokens})
+        ctx.add({"samples/pruned": 0, "tokens/pruned": 0})
+        return experiences
+
+    def _planned_balance(self, ctx: StepContext, experiences, args):
         """Stands in for ``balance_experiences``: the experience maker's per-rank packed plan."""
-        plan = self.experience_maker.dispatch
+        plan = ctx.dispatch
         expected = sum(len(e.sequences) for e in experiences)
         planned = sum(1 for items in plan.rank_items for _ in items) - plan.fillers
         if planned != expected:
             raise RuntimeError(f"DPPO dispatch plan covers {planned} sequences, the batch has {expected}")
         return plan.rank_experiences()
-
-    def _compute_rollout_stats(self, experiences):
-        if not self.dppo.enable:
-            return super()._compute_rollout_stats(experiences)
-        return dict(self.experience_maker.rollout_stats)
 
     # ---- logs, checkpoints, evaluation -----------------------------------------------------------
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
@@ -157,21 +219,46 @@ class _DPPOTrainer(_PPOTrainerBase):
         logger.info(f"DPPO state restored: {self.history.capacity} prompts, {state['draws']} draws")
 
     def init_checkpoint_states(self):
-        states = super().init_checkpoint_states()
-        self.run_dir.resume(states["global_step"])  # one metrics line per step after a resume
-        if self.dppo.enable and DPPO_STATE in states:
-            self.load_dppo_state(states[DPPO_STATE])
-        return states
+        """OpenRLHF's checkpoint states, read once per run (``fit`` needs them before OpenRLHF's loop)."""
+        if self._checkpoint_states is None:
+            states = super().init_checkpoint_states()
+            self.run_dir.resume(states["global_step"])  # one metrics line per step after a resume
+            if self.dppo.enable and DPPO_STATE in states:
+                self.load_dppo_state(states[DPPO_STATE])
+            self._last_step = int(states.get("global_step", 0))
+            self._checkpoint_states = states
+        return self._checkpoint_states
 
     def evaluate(self, global_step, **generate_kwargs):
-        logs = super().evaluate(global_step, **generate_kwargs)
+        start = time.time()
+        try:
+            logs = super().evaluate(global_step, **generate_kwargs)
+        except RewardError as err:
+            raise RewardError(f"{err} (the evaluation at step {global_step})") from None
+        logs["timing/eval"] = time.time() - start
         self.run_dir.log("eval", global_step, logs)
         return logs
 
+    def _evaluation_on(self) -> bool:
+        return bool(self.eval_dataloader) and math.isfinite(float(self.args.eval.steps))
+
+    def _eval_generate_kwargs(self) -> dict:
+        """The sampling settings OpenRLHF's loop evaluates with."""
+        kwargs = dict(self.generate_kwargs)
+        kwargs["temperature"] = self.args.eval.temperature
+        kwargs["n_samples_per_prompt"] = self.args.eval.n_samples_per_prompt
+        return kwargs
+
     def fit(self, global_step: int = 0) -> None:
         self.run_dir.status("running", global_step)
+        generator = self.samples_generator
         try:
-            super().fit(global_step)
+            fresh = self.init_checkpoint_states()["global_step"] == 0
+            if fresh and self._evaluation_on():
+                self.evaluate(0, **self._eval_generate_kwargs())  # the starting point of the curve
+            source = functools.partial(self._next_rollouts, generator.generate_samples)
+            with swap_attr(generator, "generate_samples", source):
+                super().fit(global_step)
         except BaseException:
             self.run_dir.status("failed", self._last_step)
             raise

@@ -10,7 +10,11 @@ not public; METHOD.md is the specification):
 4. Weights 1 / (q p) folded into the advantages, full-batch normalisers (``weights``): unbiased.
 5. Window-based greedy Dense Prompt Packing with equal micro-batch counts per rank (``packing``).
 6. One call per level for the adapters (``levels``): probabilities -> draw -> weights -> metrics.
-Every function takes plain arguments; metrics are detached floats under ``dppo/...``.
+7. The training reward of a pruned step as the Horvitz-Thompson estimate of the DRAWN batch's mean
+   reward (``metrics.reward_stats``; METHOD.md "Measuring the promise"), so DPPO's and GRPO's training
+   curves measure the same quantity.
+Every function takes plain arguments; metrics are detached floats under ``dppo/...`` (the reward
+statistics under OpenRLHF's ``rollout/...``).
 Imports torch and numpy only: never the adapters or the host (OpenRLHF, Ray, DeepSpeed, vLLM).
 """
 
@@ -24,11 +28,14 @@ from openrlhf_dppo.core.keep_probs import (
     solve_clipped_scale,
 )
 from openrlhf_dppo.core.levels import Draw, prune_completions, prune_prompts
-from openrlhf_dppo.core.metrics import REQUIRED_KEYS, keep_metrics
+from openrlhf_dppo.core.metrics import REQUIRED_KEYS, keep_metrics, reward_stats
 from openrlhf_dppo.core.packing import PACKERS, PackPlan, pack
 from openrlhf_dppo.core.registry import Registry
 from openrlhf_dppo.core.sampling import (
     FIXED_SIZE_DESIGNS,
+    FIXED_SIZE_FALLBACK,
+    FIXED_SIZE_HELD,
+    FIXED_SIZE_NOT_MULTIPLE,
     SAMPLING_DESIGNS,
     fixed_size_probs,
     sample_mask,
@@ -48,6 +55,9 @@ __all__ = [
     "COMPLETION_POLICIES",
     "ESTIMATORS",
     "FIXED_SIZE_DESIGNS",
+    "FIXED_SIZE_FALLBACK",
+    "FIXED_SIZE_HELD",
+    "FIXED_SIZE_NOT_MULTIPLE",
     "PACKERS",
     "REQUIRED_KEYS",
     "REWARD_KINDS",
@@ -70,6 +80,7 @@ __all__ = [
     "prompt_keep_probs",
     "prune_completions",
     "prune_prompts",
+    "reward_stats",
     "sample_mask",
     "solve_clipped_scale",
     "step_generator",

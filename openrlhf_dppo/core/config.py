@@ -114,8 +114,9 @@ class DPPOConfig:
     prompt_batch: str = option(
         "shrink",
         "shrink: a step rolls out only the kept prompts (a smaller, cheaper step); refill: floor(B / (1 - "
-        "r_q)) prompts are drawn so that about B = --rollout.batch_size are rolled out (needs "
-        "--dppo.sampling systematic)",
+        "r_q)) prompts are drawn and every kept one is rolled out and trained in that step (about B = "
+        "--rollout.batch_size once the prompts are known, up to floor(B / (1 - r_q)) while most are unseen; "
+        "needs --dppo.sampling systematic)",
         choices=PROMPT_BATCH_MODES,
     )
     drop_zero_advantage: bool = option(

@@ -14,7 +14,13 @@ import torch
 
 from openrlhf_dppo.core.keep_probs import completion_keep_probs, prompt_keep_probs
 from openrlhf_dppo.core.metrics import keep_metrics
-from openrlhf_dppo.core.sampling import sample_mask
+from openrlhf_dppo.core.sampling import (
+    FIXED_SIZE_DESIGNS,
+    FIXED_SIZE_FALLBACK,
+    FIXED_SIZE_NOT_MULTIPLE,
+    fixed_size_probs,
+    sample_mask,
+)
 from openrlhf_dppo.core.weights import inverse_prob_weights, weight_metrics
 
 
@@ -28,6 +34,21 @@ class Draw(NamedTuple):
     weight: torch.Tensor
 
 
+def _draw(p: torch.Tensor, design: str, generator, multiple_of: int, level: str):
+    """(mask, p_used, metrics): the fixed-size rescale (reported) then the draw. ``sample_mask`` leaves
+    a row whose sum is already an integer unchanged, so p_used is the rescaled p exactly."""
+    metrics = {}
+    if design in FIXED_SIZE_DESIGNS:
+        p, status = fixed_size_probs(p, multiple_of)
+        metrics[f"dppo/{level}_fixed_size_fallback"] = float((status == FIXED_SIZE_FALLBACK).double().mean())
+        metrics[f"dppo/{level}_fixed_size_not_multiple"] = float(
+            (status == FIXED_SIZE_NOT_MULTIPLE).double().mean()
+        )
+        multiple_of = 1
+    mask, p_used = sample_mask(p, design, generator, multiple_of)
+    return mask, p_used, metrics
+
+
 def prune_prompts(
     scores: torch.Tensor,
     keep_frac: float,
@@ -37,9 +58,11 @@ def prune_prompts(
     multiple_of: int = 1,
 ) -> tuple[Draw, dict]:
     """scores: (B,) prompt scores (+inf = unseen). returns (Draw over the B drawn prompts, metrics with
-    ``dppo/prompt_keep_frac`` realised and ``dppo/prompt_keep_frac_expected``)."""
+    ``dppo/prompt_keep_frac`` realised, ``dppo/prompt_keep_frac_expected`` and, for a fixed-size design,
+    ``dppo/prompt_fixed_size_fallback|not_multiple`` (``sampling.fixed_size_probs``))."""
     q, m = prompt_keep_probs(scores, keep_frac, q_min)
-    mask, q_used = sample_mask(q, design, generator, multiple_of)
+    mask, q_used, fixed = _draw(q, design, generator, multiple_of, "prompt")
+    m.update(fixed)
     m["dppo/prompt_keep_frac_expected"] = float(q_used.sum() / max(q_used.numel(), 1))
     return Draw(mask, q_used, inverse_prob_weights(q_used, mask)), {**m, **keep_metrics(prompt_mask=mask)}
 
@@ -57,10 +80,12 @@ def prune_completions(
 ) -> tuple[Draw, dict]:
     """adv: (N,) one full-group advantage per rolled-out completion; prompt_weight: optional (N,) the
     weight 1 / q_j of each completion's prompt, folded into ``Draw.weight`` and the weight metrics.
-    returns (Draw over the N completions, metrics with ``dppo/completion_keep_frac`` realised and
+    returns (Draw over the N completions, metrics with ``dppo/completion_keep_frac`` realised,
+    ``dppo/completion_fixed_size_fallback|not_multiple`` for a fixed-size design, and
     ``dppo/weight_mean|max|ess`` over the kept items' final weights)."""
     p, m = completion_keep_probs(adv, keep_frac, policy, p_min, allow_zero)
-    mask, p_used = sample_mask(p, design, generator, multiple_of)
+    mask, p_used, fixed = _draw(p, design, generator, multiple_of, "completion")
+    m.update(fixed)
     m["dppo/completion_keep_frac_expected"] = float(p_used.sum() / max(p_used.numel(), 1))
     w = inverse_prob_weights(p_used, mask)
     if prompt_weight is not None:

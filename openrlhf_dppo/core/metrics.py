@@ -15,6 +15,9 @@ PACK_DENSITY = "dppo/pack_density"
 PACK_MICRO_BATCHES = "dppo/pack_micro_batches"
 PACK_LOWER_BOUND = "dppo/pack_lower_bound"
 PACK_RANK_IMBALANCE = "dppo/pack_rank_imbalance"
+REWARD_MEAN = "rollout/reward_mean"
+REWARD_STD = "rollout/reward_std"
+REWARD_HT = "rollout/reward_ht"
 
 #: the keys the run directory's ``metrics.jsonl`` must carry for a DPPO run (docs/DESIGN.md)
 REQUIRED_KEYS = (
@@ -61,3 +64,38 @@ def merge(*parts: Mapping[str, float]) -> dict:
                 raise ValueError(f"metric {k!r} given twice with different values ({out[k]} vs {v})")
             out[k] = v
     return out
+
+
+def reward_stats(rewards: torch.Tensor, q: torch.Tensor | None = None, num_drawn: int | None = None) -> dict:
+    """Training-reward statistics of one step (METHOD.md, "Measuring the promise").
+
+    rewards: (n, G) RAW rewards (the reward function's, before any length penalty) of the n rolled-out
+      prompts' groups, G completions each.
+    q: (n,) the probability each rolled-out prompt was kept with (None: every q = 1, as in GRPO).
+    num_drawn: B_drawn >= n, the prompts drawn before prompt pruning (None: n).
+    returns: ``rollout/reward_mean`` and ``rollout/reward_std`` (unbiased) over the n * G rollouts, and
+      the Horvitz-Thompson estimate of the DRAWN batch's mean reward
+          ``rollout/reward_ht`` = (1 / B_drawn) * sum_j (1 / q_j) * mean_i r_ji,
+      computed as sum_j (sum_i r_ji / q_j) / (B_drawn * G) in float64, and the mean as
+      sum_j (sum_i r_ji) / (n * G): with every q = 1 and B_drawn = n the two are the same float.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must have shape (n, G), got {tuple(rewards.shape)}")
+    r = rewards.detach().to(torch.float64)
+    n, group = r.shape
+    q = torch.ones(n, dtype=torch.float64) if q is None else q.detach().to(torch.float64).reshape(-1)
+    num_drawn = n if num_drawn is None else num_drawn
+    if q.shape != (n,):
+        raise ValueError(f"q must have shape ({n},), got {tuple(q.shape)}")
+    if n and not ((q > 0) & (q <= 1)).all():
+        raise ValueError("prompt keep probabilities must lie in (0, 1]")
+    if num_drawn < n:
+        raise ValueError(f"num_drawn ({num_drawn}) must be >= the {n} rolled-out prompts")
+    if n * group == 0:
+        return {REWARD_MEAN: 0.0, REWARD_STD: 0.0, REWARD_HT: 0.0}
+    sums = r.sum(dim=1)  # (n,)
+    return {
+        REWARD_MEAN: as_float(sums.sum() / (n * group)),
+        REWARD_STD: as_float(r.std()) if n * group > 1 else 0.0,
+        REWARD_HT: as_float((sums / q).sum() / (num_drawn * group)),
+    }

@@ -10,13 +10,16 @@ Registered in ``SAMPLING_DESIGNS``:
   and the kept count is exactly sum(p) when that sum is an integer. Items with p = 1 are always kept,
   items with p = 0 never.
 
-Fixed kept count: before a fixed-size draw, ``fixed_size_probs`` rescales p to q_i = clip(c * p_i,
-lo_i, 1) (exact solve, see ``keep_probs.solve_clipped_scale``) so that sum(q) is the multiple of
-``multiple_of`` nearest to sum(p) (``multiple_of=1``: the nearest integer). The floor lo_i is the
-smallest positive probability of the row, so floors survive the rescale; p = 0 stays 0. If no multiple
-lies in the feasible range [sum of floors, number of positive items], the nearest feasible integer is
-used instead and ``fixed_size_ok`` is False for that row. ``sample_mask`` returns the probabilities it
-actually used: the weights MUST be 1 / p_used, otherwise the estimator is biased.
+Fixed kept count: before a fixed-size draw, ``fixed_size_probs`` moves sum(p) to the multiple of
+``multiple_of`` nearest to it (``multiple_of=1``: the nearest integer) that can be reached while the
+items with p = 1 STAY at 1 (unseen prompts, uniform-low's high-|A| completions): only the other
+positive items are rescaled, q_i = clip(c * p_i, lo, 1) (exact solve, see
+``keep_probs.solve_clipped_scale``), with the floor lo their smallest probability, so floors survive
+the rescale; p = 0 stays 0. Only when no multiple is reachable that way are the p = 1 items scaled too
+(every positive item, same floor: the fallback, status 1); when no multiple is reachable at all, the
+nearest reachable integer is used with the p = 1 items held (status 2: the count is exact but not a
+multiple). A row whose sum already is such a multiple is returned unchanged. ``sample_mask`` returns
+the probabilities it actually used: the weights MUST be 1 / p_used, otherwise the estimator is biased.
 
 Bernoulli cannot guarantee a count, so ``multiple_of > 1`` with a non-fixed-size design is refused.
 Draws are reproducible: all randomness comes from the ``torch.Generator`` passed in
@@ -75,32 +78,64 @@ def _systematic(p: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 FIXED_SIZE_DESIGNS.add("systematic")
 
 
+def _nearest_multiple(total, low, high, m: float):
+    """The multiple of m nearest to ``total`` within [low, high] (rows), and whether one exists."""
+    target = torch.round(total / m) * m
+    target = torch.where(target < low, torch.ceil(low / m) * m, target)
+    target = torch.where(target > high, torch.floor(high / m) * m, target)
+    return target, (target >= low) & (target <= high)
+
+
+def _row_floor(P: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+    """(R, N): the smallest probability among ``items`` of each row, on those items; 0 elsewhere."""
+    floor = torch.where(items, P, 2.0).amin(dim=1, keepdim=True) if P.shape[1] else P[:, :1]
+    return torch.where(items, floor.clamp_max(1.0), 0.0)
+
+
+FIXED_SIZE_HELD, FIXED_SIZE_FALLBACK, FIXED_SIZE_NOT_MULTIPLE = 0, 1, 2
+
+
 def fixed_size_probs(p: torch.Tensor, multiple_of: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Rescale inclusion probabilities so that each row sums to a multiple of ``multiple_of``.
 
-    p: (N,) or (R, N) in [0, 1].  returns: (p_used like p, float64; ok (R,) bool).
-    The target is the multiple nearest to sum(p) inside [sum of floors, number of positive items];
-    where no multiple fits, the nearest integer in that range (ok = False).
+    p: (N,) or (R, N) in [0, 1].  returns: (p_used like p, float64; status (R,) int64):
+      0 (``FIXED_SIZE_HELD``) a multiple reached with the p = 1 items held at 1;
+      1 (``FIXED_SIZE_FALLBACK``) reachable only by scaling the p = 1 items down too;
+      2 (``FIXED_SIZE_NOT_MULTIPLE``) no multiple reachable: the nearest reachable integer, p = 1 held.
     """
     if multiple_of < 1:
         raise ValueError(f"multiple_of must be >= 1, got {multiple_of}")
     P = (p[None] if p.dim() == 1 else p).to(torch.float64)
-    pos = P > 0
-    floor = torch.where(pos, P, 2.0).amin(dim=1, keepdim=True) if P.shape[1] else torch.ones(P.shape[0], 1)
-    lo = torch.where(pos, floor.clamp_max(1.0), 0.0)
-    low_total = torch.ceil(lo.sum(dim=1) - _EPS)
-    high_total = pos.sum(dim=1).to(torch.float64)
-    total = P.sum(dim=1)
     m = float(multiple_of)
-    target = torch.round(total / m) * m
-    target = torch.where(target < low_total, torch.ceil(low_total / m) * m, target)
-    target = torch.where(target > high_total, torch.floor(high_total / m) * m, target)
-    ok = (target >= low_total) & (target <= high_total)
-    fallback = torch.minimum(torch.maximum(torch.round(total), low_total), high_total)
-    target = torch.where(ok, target, fallback)
-    q, _ = solve_clipped_scale(torch.where(pos, P, 0.0), lo, target)
-    q = torch.where(pos, q, 0.0)
-    return q.reshape(p.shape), ok
+    pos = P > 0
+    certain = P >= 1.0
+    free = pos & ~certain
+    n_certain = certain.sum(dim=1).to(torch.float64)
+    total = P.sum(dim=1)
+
+    lo_free = _row_floor(P, free)
+    low = n_certain + torch.ceil(lo_free.sum(dim=1) - _EPS)
+    high = n_certain + free.sum(dim=1).to(torch.float64)
+    held_target, held_ok = _nearest_multiple(total, low, high, m)
+    integer = torch.minimum(torch.maximum(torch.round(total), low), high)
+    held_target = torch.where(held_ok, held_target, integer)
+    q_held, _ = solve_clipped_scale(torch.where(free, P, 0.0), lo_free, held_target - n_certain)
+    q_held = torch.where(certain, 1.0, torch.where(free, q_held, 0.0))
+    q_held = torch.where(((total - held_target).abs() < _EPS)[:, None], P, q_held)  # already there
+
+    lo_all = _row_floor(P, pos)
+    all_target, all_ok = _nearest_multiple(
+        total, torch.ceil(lo_all.sum(dim=1) - _EPS), pos.sum(dim=1).double(), m
+    )
+    q_all, _ = solve_clipped_scale(torch.where(pos, P, 0.0), lo_all, all_target)
+    q_all = torch.where(pos, q_all, 0.0)
+
+    fallback = ~held_ok & all_ok
+    status = torch.where(
+        held_ok, FIXED_SIZE_HELD, torch.where(fallback, FIXED_SIZE_FALLBACK, FIXED_SIZE_NOT_MULTIPLE)
+    )
+    q = torch.where(fallback[:, None], q_all, q_held)
+    return q.reshape(p.shape), status.to(torch.int64)
 
 
 def sample_mask(

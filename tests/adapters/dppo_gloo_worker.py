@@ -21,7 +21,7 @@ def run(rank, world, port, payload, out_dir):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     from openrlhf.utils.loss_utils import get_loss_batch_info
 
-    from openrlhf_dppo.adapters.actor import DPPOReplayBuffer
+    from openrlhf_dppo.adapters.actor import DPPOReplayBuffer, micro_batch_counts, step_counts
 
     data = torch.load(payload, weights_only=False)
     strategy = SimpleNamespace(args=None)  # no device mesh: the default (world) group is the dp group
@@ -29,8 +29,10 @@ def run(rank, world, port, payload, out_dir):
     buffer.append(data["ranks"][rank])
     buffer.setup_dynamic_batch(strategy)
     total = torch.zeros(())
+    counts = torch.zeros(4, dtype=torch.float64)
     for step in range(len(buffer)):
         mb = buffer.collate_fn([buffer[step]])
+        counts += micro_batch_counts(mb)
         info = get_loss_batch_info(
             strategy, mb.action_mask, replay_buffer=buffer, step=step, dynamic_batch=True
         )
@@ -38,6 +40,7 @@ def run(rank, world, port, payload, out_dir):
         total = total + _loss(mb, info, data["theta"])
     dist.all_reduce(total, op=dist.ReduceOp.SUM)  # DeepSpeed averages gradients over the dp ranks
     result = {"micro_batches": len(buffer), "loss": float(total) / world}
+    result["counts"] = step_counts(counts * 2, 2, strategy)  # as after two PPO epochs, summed over ranks
 
     # a plan whose rank 1 lost its last micro-batch must fail on BOTH ranks before any backward
     bad = DPPOReplayBuffer(1, 0, True, True, True)

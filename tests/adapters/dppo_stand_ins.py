@@ -1,7 +1,7 @@
 """Stand-ins for what the adapter tests cannot run on CPU: Ray's object transport, the Ray actor groups
-(model forwards with deterministic log-probs) and the vLLM engines. Everything else -- OpenRLHF's
-Experience, SamplesGenerator / RemoteExperienceMaker logic, PolicyLoss, aggregate_loss, the replay
-buffer, and all of openrlhf_dppo -- is the real code.
+(model forwards with deterministic log-probs) and the vLLM engines (responses and rewards). Everything
+else -- OpenRLHF's Experience, SamplesGenerator / RemoteExperienceMaker logic, PolicyLoss,
+aggregate_loss, the replay buffer, and all of openrlhf_dppo -- is the real code.
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
+from openrlhf.datasets import PromptDataset
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+from torch.utils.data import DataLoader
 
 from openrlhf_dppo.cli import train_dppo_ray as cli
 
@@ -120,3 +122,63 @@ class StandInTokenizer:
 
     def decode(self, ids, skip_special_tokens=True):
         return [" ".join(map(str, row.tolist())) for row in ids]
+
+
+class Remote:
+    def __init__(self, fn):
+        self.remote = fn
+
+
+def solved_every_4th(prompt: str, i: int):
+    """Rewards of the stand-in engine: every 4th prompt all G right, the others half right."""
+    return 1.0 if int(prompt.split()[-1]) % 4 == 0 else float(i % 2)  # every 4th prompt: all G correct
+
+
+class StandInEngine:
+    """vLLM engine stand-in: G responses per prompt, rewards from ``reward(prompt, i)`` (None: what
+    OpenRLHF's executor leaves when the reward function raised)."""
+
+    def __init__(self, reward=solved_every_4th):
+        self.reward = reward
+        self.prompts = []
+        self.generate_responses = Remote(self._generate)
+        self.get_num_unfinished_requests = Remote(lambda: 0)
+
+    def _generate(self, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images=None):
+        self.prompts.append(prompt)
+        rng = random.Random(prompt)
+        out = []
+        for i in range(num_samples):
+            n = rng.randrange(2, 6)
+            reward = self.reward(prompt, i)
+            out.append({
+                "observation_tokens": [5, 6, 7] + [rng.randrange(3, 40) for _ in range(n)],
+                "action_ranges": [(3, 3 + n)], "reward": reward, "scores": reward,
+                "rollout_log_probs": None, "prompt": prompt, "label": label, "truncated": False, "extra_logs": {},
+            })  # fmt: skip
+        return out
+
+
+def generator_for(args, cfg, history, n_prompts: int = 12, reward=solved_every_4th):
+    """The real DPPOSamplesGenerator over prompts "question 0..n-1" (eval: "eval 0..5") and one
+    stand-in engine; returns (generator, engine)."""
+    from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator
+
+    strategy = SimpleNamespace(args=args, is_rank_0=lambda: True)
+    train = PromptDataset([{"input": f"question {i}"} for i in range(n_prompts)], None, strategy)
+    evals = PromptDataset([{"input": f"eval {i}"} for i in range(6)], None, strategy)
+    engine = StandInEngine(reward)
+    gen = DPPOSamplesGenerator(
+        strategy=strategy,
+        prompts_dataloader=DataLoader(train, batch_size=1, shuffle=False, collate_fn=train.collate_fn),
+        eval_dataloader=DataLoader(evals, batch_size=1, shuffle=False, collate_fn=evals.collate_fn),
+        tokenizer=None,
+        vllm_engines=[engine],
+        dppo=cfg,
+        history=history,
+    )
+    return gen, engine
+
+
+#: sampling settings of the stand-in generation
+GENERATE_KW = dict(max_len=48, max_new_tokens=24, temperature=1.0, top_p=1.0)

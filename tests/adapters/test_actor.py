@@ -118,3 +118,27 @@ def test_without_weights_the_host_step_runs_unchanged():
     t.training_step(exp, 0.05, 0, dict(info))
     host.training_step(exp2, 0.05, 0, dict(info))
     assert torch.equal(t.actor.theta.grad, host.actor.theta.grad)
+
+
+def test_ppo_train_reports_the_trained_and_filler_counts_of_its_micro_batches(monkeypatch):
+    """Counted in training_step from each micro-batch's weights (0: a filler), per PPO epoch."""
+    t, exp, _, _, info = trainer_and_batch(DPPOActorTrainer)
+    exp.info[SAMPLE_WEIGHT] = torch.tensor([2.0, 0.0, 4.0, 1.25])  # row 1 is a zero-weight filler
+    t.max_epochs = 2
+
+    def two_epochs(self, kl_ctl):  # OpenRLHF's ppo_train: every micro-batch once per epoch
+        for _ in range(self.max_epochs):
+            self.training_step(copy.deepcopy(exp), kl_ctl, 0, dict(info))
+        return {"policy_loss": 0.1}
+
+    monkeypatch.setattr(ppo_actor.ActorPPOTrainer, "ppo_train", two_epochs)
+    tokens = exp.action_mask.sum(-1).tolist()  # [5, 3, 5, 5]
+    status = t.ppo_train(0.05)
+    assert status == {
+        "policy_loss": 0.1,
+        "samples/trained": 3.0,
+        "tokens/trained": float(tokens[0] + tokens[2] + tokens[3]),
+        "samples/fillers": 1.0,
+        "tokens/fillers": float(tokens[1]),
+    }
+    assert t.ppo_train(0.05)["samples/trained"] == 3.0  # counts start again at every ppo_train

@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from dppo_stand_ins import (
-    FAKE_RAY,
     StandInGroup,
     StandInTokenizer,
     base_argv,
@@ -19,23 +18,19 @@ from dppo_stand_ins import (
     rollout_batch,
 )
 from openrlhf.models import PolicyLoss
-from openrlhf.trainer.ppo_utils import experience_maker as host_maker
 from openrlhf.trainer.ppo_utils.experience import make_experience_batch
 from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
 from openrlhf_dppo.adapters.actor import DPPOReplayBuffer
 from openrlhf_dppo.adapters.dispatch import PLAN_KEYS, SAMPLE_WEIGHT, build_dispatch
 from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker
-from openrlhf_dppo.adapters.samples_generator import PROMPT_ATTR, PromptDraw
+from openrlhf_dppo.adapters.step import PROMPT_ATTR, PromptDraw, StepContext
 from openrlhf_dppo.core import DPPOConfig, PromptHistory
 
 ACTOR = logprob_fn(0.01, 0.05, 5)
 
 
-@pytest.fixture(autouse=True)
-def stand_in_ray(monkeypatch):
-    monkeypatch.setattr(host_maker, "ray", FAKE_RAY)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+pytestmark = pytest.mark.usefixtures("stand_in_ray")
 
 
 def kept_batch(dp=2, train_batch=16, packer="window", prune=0.4, n_prompts=8, seed=21):
@@ -48,8 +43,9 @@ def kept_batch(dp=2, train_batch=16, packer="window", prune=0.4, n_prompts=8, se
     maker = DPPOExperienceMaker(StandInGroup(ACTOR, dp), None, None, None, FixedKLController(0.0),
                                 SimpleNamespace(args=args), StandInTokenizer(), dppo=cfg,
                                 history=PromptHistory(n_prompts))  # fmt: skip
-    experiences = maker.make_experience_batch(samples)
-    return maker, experiences
+    ctx = StepContext(step=0)
+    experiences = maker.make_experience_batch(ctx, samples)
+    return maker, experiences, ctx
 
 
 def loss_of(exp, batch_num_tokens, theta):
@@ -71,14 +67,14 @@ def buffers_for(plan, args):
 
 @pytest.mark.parametrize("packer", ["window", "ffd", "openrlhf"])
 def test_micro_batches_are_valid_equal_per_rank_and_packed_loss_equals_padded_loss(packer):
-    maker, experiences = kept_batch(train_batch=8, packer=packer)
-    args, plan = maker.args, maker.dispatch
+    maker, experiences, ctx = kept_batch(train_batch=8, packer=packer)
+    args, plan = maker.args, ctx.dispatch
     kept = sum(len(e.index) for e in experiences)
     assert plan.num_steps == min(8 * 4 // 8, kept // 2) > 1  # GRPO's step count, kept every step
     buffers = buffers_for(plan, args)
     assert len({len(b) for b in buffers}) == 1 and len(buffers[0]) == plan.micro_batches_per_rank
     seen = []
-    z = maker.step_metrics["dppo/normalizer_tokens"]
+    z = ctx.metrics["dppo/normalizer_tokens"]
     theta = torch.tensor(0.25)
     packed_per_step, step_items = [0.0] * plan.num_steps, [[] for _ in range(plan.num_steps)]
     for buffer in buffers:
@@ -109,7 +105,7 @@ def test_micro_batches_are_valid_equal_per_rank_and_packed_loss_equals_padded_lo
 
 
 def test_an_empty_micro_batch_gets_a_zero_weight_filler_that_adds_nothing():
-    maker, experiences = kept_batch(dp=2, prune=0.0, n_prompts=2)
+    maker, experiences, _ = kept_batch(dp=2, prune=0.0, n_prompts=2)
     items = maker._single_items(experiences)[:1]  # one sequence for two ranks
     plan = build_dispatch(items, 2, 64, 1, 10.0, 8.0)
     assert plan.fillers == 1 and plan.micro_batches_per_rank == 1
@@ -127,7 +123,7 @@ def test_an_empty_micro_batch_gets_a_zero_weight_filler_that_adds_nothing():
 
 
 def test_a_sequence_longer_than_the_budget_is_an_error():
-    maker, experiences = kept_batch(dp=1, prune=0.0, n_prompts=2)
+    maker, experiences, _ = kept_batch(dp=1, prune=0.0, n_prompts=2)
     items = maker._single_items(experiences)
     longest = max(int(it.total_length) for it in items)
     with pytest.raises(ValueError, match="capacity"):
@@ -146,8 +142,8 @@ def test_two_gloo_ranks_run_equal_micro_batch_counts_and_the_full_batch_loss(tmp
     micro-batch losses gives the single-process total. A plan with unequal counts fails on both ranks."""
     import dppo_gloo_worker
 
-    maker, _ = kept_batch(dp=2, train_batch=8)
-    plan = maker.dispatch
+    maker, experiences, ctx = kept_batch(dp=2, train_batch=8)
+    plan = ctx.dispatch
     theta = 0.25
     expected = 0.0
     for buffer in buffers_for(copy.deepcopy(plan), maker.args):
@@ -160,7 +156,19 @@ def test_two_gloo_ranks_run_equal_micro_batch_counts_and_the_full_batch_loss(tmp
     assert sys.modules.get("dppo_gloo_worker") is dppo_gloo_worker
     mp.spawn(dppo_gloo_worker.run, args=(2, _free_port(), str(payload), str(tmp_path)), nprocs=2, join=True)
     results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    items = [it for rank in plan.rank_items for it in rank]
+    live = [it for it in items if float(it.info[SAMPLE_WEIGHT]) != 0]
+    want = {
+        "samples/trained": float(len(live)),
+        "tokens/trained": float(sum(int(it.action_mask.sum()) for it in live)),
+        "samples/fillers": float(len(items) - len(live)),
+        "tokens/fillers": float(
+            sum(int(it.action_mask.sum()) for it in items) - sum(int(it.action_mask.sum()) for it in live)
+        ),
+    }
+    assert want["samples/trained"] == sum(len(e.index) for e in experiences)
     for r, res in enumerate(results):
+        assert res["counts"] == want, r  # every rank holds the sum over both
         assert res["micro_batches"] == plan.micro_batches_per_rank, r
         assert abs(res["loss"] - expected) < 1e-6 * max(1.0, abs(expected)), (res["loss"], expected)
         assert "every rank must run the same number" in res["unequal_error"], r

@@ -1,72 +1,26 @@
-"""Prompt pruning in OpenRLHF's SamplesGenerator with stand-in vLLM engines: only kept prompts reach
-vLLM, the samples carry (dataset index, q), evaluation prompts are never pruned, refill draws more."""
-
-import random
-from types import SimpleNamespace
+"""The samples generator with stand-in vLLM engines: only kept prompts reach vLLM, the samples carry
+(dataset index, q), evaluation prompts are never pruned, a refill draw is returned whole, the groups
+dynamic filtering drops are handed on (not lost), generation is counted where it happens, and a
+reward function that fails stops the run naming the file and the step."""
 
 import pytest
 import torch
-from dppo_stand_ins import FAKE_RAY, base_argv, make_args
-from openrlhf.datasets import PromptDataset
-from openrlhf.trainer.ppo_utils import samples_generator as host_generator
-from torch.utils.data import DataLoader
+from dppo_stand_ins import base_argv, generator_for, make_args, solved_every_4th
 
-from openrlhf_dppo.adapters.samples_generator import PROMPT_ATTR, DPPOSamplesGenerator
+from openrlhf_dppo.adapters.samples_generator import RewardError
+from openrlhf_dppo.adapters.step import PROMPT_ATTR, StepContext
 from openrlhf_dppo.core import DPPOConfig, PromptHistory, prompt_keep_probs, sample_mask, step_generator
 
-
-@pytest.fixture(autouse=True)
-def stand_in_ray(monkeypatch):
-    monkeypatch.setattr(host_generator, "ray", FAKE_RAY)
+pytestmark = pytest.mark.usefixtures("stand_in_ray")
 
 
-class Remote:
-    def __init__(self, fn):
-        self.remote = fn
-
-
-class StandInEngine:
-    """vLLM engine stand-in: G responses per prompt, rewards from a per-prompt success rate."""
-
-    def __init__(self):
-        self.prompts = []
-        self.generate_responses = Remote(self._generate)
-        self.get_num_unfinished_requests = Remote(lambda: 0)
-
-    def _generate(self, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples, images=None):
-        self.prompts.append(prompt)
-        rng = random.Random(prompt)
-        solved = int(prompt.split()[-1]) % 4 == 0  # every 4th prompt: all G completions correct
-        out = []
-        for i in range(num_samples):
-            n = rng.randrange(2, 6)
-            reward = 1.0 if solved else float(i % 2)
-            out.append({
-                "observation_tokens": [5, 6, 7] + [rng.randrange(3, 40) for _ in range(n)],
-                "action_ranges": [(3, 3 + n)], "reward": reward, "scores": reward,
-                "rollout_log_probs": None, "prompt": prompt, "label": label, "truncated": False, "extra_logs": {},
-            })  # fmt: skip
-        return out
-
-
-def make_generator(cfg, n_prompts=12, batch=4, extra=()):
+def make_generator(cfg, n_prompts=12, batch=4, extra=(), seen=True, reward=solved_every_4th):
     args = make_args(base_argv(batch=batch) + list(extra))
-    strategy = SimpleNamespace(args=args, is_rank_0=lambda: True)
-    train = PromptDataset([{"input": f"question {i}"} for i in range(n_prompts)], None, strategy)
-    evals = PromptDataset([{"input": f"eval {i}"} for i in range(6)], None, strategy)
-    history = PromptHistory(n_prompts)
+    history = PromptHistory(n_prompts) if cfg.enable else None
     # prompts 0..5 were seen: 0-2 always solved (score ~ 0), 3-5 half solved; 6.. never seen
-    history.update(torch.arange(6), torch.tensor([[1.0] * 4] * 3 + [[1.0, 0, 1, 0]] * 3), 0)
-    engine = StandInEngine()
-    gen = DPPOSamplesGenerator(
-        strategy=strategy,
-        prompts_dataloader=DataLoader(train, batch_size=1, shuffle=False, collate_fn=train.collate_fn),
-        eval_dataloader=DataLoader(evals, batch_size=1, shuffle=False, collate_fn=evals.collate_fn),
-        tokenizer=None,
-        vllm_engines=[engine],
-        dppo=cfg,
-        history=history,
-    )
+    if seen and history is not None:
+        history.update(torch.arange(6), torch.tensor([[1.0] * 4] * 3 + [[1.0, 0, 1, 0]] * 3), 0)
+    gen, engine = generator_for(args, cfg, history, n_prompts, reward)
     return gen, engine, history
 
 
@@ -76,7 +30,8 @@ KW = dict(max_len=48, max_new_tokens=24, temperature=1.0, top_p=1.0)
 def test_only_kept_prompts_reach_vllm_and_samples_carry_index_and_q():
     cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, seed=5)
     gen, engine, history = make_generator(cfg)
-    samples, _, consumed, exhausted = gen.generate_samples(**KW)
+    ctx = StepContext(step=1)
+    samples, _, consumed, exhausted = gen.generate_samples(ctx, **KW)
     # the same decision recomputed with core: prompts 0..3 drawn, q from their history scores
     q, _ = prompt_keep_probs(history.score(torch.arange(4), 4), 0.5, 0.1)
     mask, q_used = sample_mask(q, "systematic", step_generator(5, 0, 0))
@@ -88,14 +43,19 @@ def test_only_kept_prompts_reach_vllm_and_samples_carry_index_and_q():
         draw = getattr(s, PROMPT_ATTR)
         assert s.prompts[0] == f"question {draw.index}"
         assert draw.q == pytest.approx(float(q_used[draw.index]), rel=1e-12)
-    assert gen.last_draw.drawn == 4 and gen.last_draw.kept == len(kept)
-    counts = gen.pop_counts()
+    assert ctx.draw.drawn == 4 and ctx.draw.kept == len(kept)
+    counts = {k: v for k, v in ctx.metrics.items() if not k.startswith("dppo/")}
+    tokens = sum(int(s.action_mask.sum()) for s in samples)
     assert counts == {
         "prompts/drawn": 4.0,
         "prompts/rolled_out": float(len(kept)),
         "prompts/pruned": 4.0 - len(kept),
+        "samples/generated": float(len(samples)),
+        "tokens/generated": float(tokens),
+        "samples/filtered": 0.0,
+        "tokens/filtered": 0.0,
     }
-    assert gen.pop_counts()["prompts/drawn"] == 0.0
+    assert ctx.metrics["dppo/prompt_keep_frac"] == len(kept) / 4
 
     engine.prompts.clear()
     evals = gen.generate_eval_samples(**KW, n_samples_per_prompt=2)
@@ -106,33 +66,111 @@ def test_only_kept_prompts_reach_vllm_and_samples_carry_index_and_q():
 def test_refill_draws_more_prompts_and_unseen_prompts_are_always_kept():
     cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, prompt_batch="refill", seed=1)
     gen, engine, _ = make_generator(cfg, n_prompts=16)
-    samples, _, consumed, _ = gen.generate_samples(**KW)
+    ctx = StepContext(step=1)
+    samples, _, consumed, _ = gen.generate_samples(ctx, **KW)
     assert consumed == 8  # floor(4 / (1 - 0.5)) prompts drawn: 0..7
-    assert gen.last_draw.kept <= 4  # the rolled-out batch stays within --rollout.batch_size
+    assert ctx.draw.kept <= 4  # the rolled-out batch stays within --rollout.batch_size
     assert {"question 6", "question 7"} <= set(engine.prompts)  # never seen -> q = 1
     assert all(
         getattr(s, PROMPT_ATTR).q == 1.0 for s in samples if s.prompts[0] in ("question 6", "question 7")
     )
 
 
+def test_refill_rolls_out_and_returns_every_kept_prompt_of_a_draw_in_its_own_step():
+    """All prompts unseen (epoch 1): q = 1 keeps all floor(4 / 0.5) = 8 drawn prompts. Their 32 rollouts
+    belong to this step (its normaliser counts 8 prompts drawn); the next step is a new draw."""
+    cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, prompt_batch="refill", seed=1)
+    gen, engine, _ = make_generator(cfg, n_prompts=16, seen=False)
+    for step in range(2):
+        engine.prompts.clear()
+        ctx = StepContext(step=step + 1)
+        samples, _, consumed, exhausted = gen.generate_samples(ctx, **KW)
+        drawn = {f"question {i}" for i in range(8 * step, 8 * step + 8)}
+        assert consumed == 8 and set(engine.prompts) == drawn  # a fresh draw, all of it rolled out
+        assert len(samples) == 8 * 4 and {s.prompts[0] for s in samples} == drawn
+        assert ctx.draw.drawn == ctx.draw.kept == 8 and ctx.metrics["prompts/rolled_out"] == 8.0
+    assert not exhausted
+    assert gen.generate_samples(StepContext(3), **KW)[::2] == ([], 0)  # 16 prompts: nothing left over
+
+
 def test_an_exhausted_dataloader_ends_the_epoch_without_a_draw():
     gen, engine, _ = make_generator(DPPOConfig(prompt_prune_rate=0.5), n_prompts=4)
-    gen.generate_samples(**KW)  # draws all 4 prompts
-    samples, _, consumed, exhausted = gen.generate_samples(**KW)
+    gen.generate_samples(StepContext(1), **KW)  # draws all 4 prompts
+    samples, _, consumed, exhausted = gen.generate_samples(StepContext(2), **KW)
     assert samples == [] and consumed == 0 and exhausted and gen.draws == 1
 
 
-def test_dynamic_filtering_replacements_are_rolled_out_unpruned():
+def test_dynamic_filtering_replacements_are_rolled_out_unpruned_and_dropped_groups_are_handed_on():
     cfg = DPPOConfig(prompt_prune_rate=0.25, q_min=0.1, seed=2)
     gen, engine, _ = make_generator(cfg, n_prompts=16, extra=["--algo.dynamic_filtering_enable"])
-    samples, pass_rate, consumed, _ = gen.generate_samples(**KW)
-    kept = gen.last_draw.kept
+    ctx = StepContext(step=1)
+    samples, pass_rate, consumed, _ = gen.generate_samples(ctx, **KW)
+    kept = ctx.draw.kept
     accepted = {s.prompts[0] for s in samples}
     assert all(int(p.split()[-1]) % 4 for p in accepted)  # all-solved groups were filtered out by OpenRLHF
     replacements = [p for p in engine.prompts if int(p.split()[-1]) >= 4]
-    assert replacements and consumed == 4 + len(replacements) == gen.last_draw.drawn
-    assert gen.last_draw.rolled_out == kept + len(replacements)
+    assert replacements and consumed == 4 + len(replacements) == ctx.draw.drawn
+    assert ctx.draw.rolled_out == kept + len(replacements)
     for s in samples:
         if s.prompts[0] in replacements:
             assert getattr(s, PROMPT_ATTR).q == 1.0
     assert pass_rate == pytest.approx(len(samples) / consumed * 100)
+    # every rolled-out prompt that is not in the returned batch is in ctx.filtered, whole and tagged
+    dropped = sorted(set(engine.prompts) - accepted)
+    assert dropped and sorted({s.prompts[0] for s in ctx.filtered}) == dropped
+    assert len(ctx.filtered) == 4 * len(dropped) and all(int(s.rewards.item()) == 1 for s in ctx.filtered)
+    assert [getattr(s, PROMPT_ATTR).index for s in ctx.filtered] == [
+        int(s.prompts[0].split()[-1]) for s in ctx.filtered
+    ]
+    filtered_tokens = sum(int(s.action_mask.sum()) for s in ctx.filtered)
+    assert ctx.metrics["samples/filtered"] == len(ctx.filtered)
+    assert ctx.metrics["tokens/filtered"] == filtered_tokens
+    assert ctx.metrics["samples/generated"] == len(samples) + len(ctx.filtered) == 4 * len(engine.prompts)
+    assert ctx.metrics["tokens/generated"] == sum(int(s.action_mask.sum()) for s in samples) + filtered_tokens
+
+
+def test_with_dppo_off_openrlhfs_generation_is_only_observed():
+    """--dppo.enable false: OpenRLHF's generate_samples and filter unchanged (every prompt rolled out,
+    no tags' q below 1), the dropped groups handed on and every count taken."""
+    gen, engine, _ = make_generator(
+        DPPOConfig(enable=False), n_prompts=16, extra=["--algo.dynamic_filtering_enable"]
+    )
+    ctx = StepContext(step=1)
+    samples, _, consumed, _ = gen.generate_samples(ctx, **KW)
+    assert engine.prompts[:4] == [f"question {i}" for i in range(4)]  # the batch, unpruned
+    assert consumed == len(engine.prompts) and len(samples) == 16  # 4 accepted groups
+    assert len(ctx.filtered) == 4 * (consumed - 4) > 0
+    assert ctx.metrics["samples/generated"] == 4 * consumed
+    assert ctx.metrics["prompts/drawn"] == ctx.metrics["prompts/rolled_out"] == consumed
+    assert ctx.metrics["prompts/pruned"] == 0 and ctx.draw is None
+    assert all(getattr(s, PROMPT_ATTR).q == 1.0 for s in samples + ctx.filtered)
+
+
+def nan_at(prompt_number: int, value=float("nan")):
+    def reward(prompt, i):
+        return value if int(prompt.split()[-1]) == prompt_number and i == 1 else float(i % 2)
+
+    return reward
+
+
+@pytest.mark.parametrize("enable", [True, False])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), None])
+def test_a_reward_function_that_fails_stops_the_step_naming_the_file_and_the_step(enable, value):
+    # with dynamic filtering on, a NaN group mean is outside any range: OpenRLHF would drop the group
+    # silently and draw a replacement; the check runs on every response, before the filter
+    cfg = DPPOConfig(enable=enable)
+    extra = ["--algo.dynamic_filtering_enable", "--reward.remote_url", "/data/my_reward.py"]
+    gen, _, _ = make_generator(cfg, n_prompts=12, extra=extra, reward=nan_at(5, value))
+    gen.generate_samples(StepContext(step=6), **KW)  # prompts 0..3: fine
+    what = "no reward" if value is None else "non-finite reward"
+    with pytest.raises(RewardError, match=rf"^/data/my_reward.py.*{what}.*'question 5' at step 7"):
+        gen.generate_samples(StepContext(step=7), **KW)
+
+
+def test_a_failing_reward_during_evaluation_is_reported_as_such():
+    def reward(prompt, i):
+        return None if prompt == "eval 3" else 1.0
+
+    gen, _, _ = make_generator(DPPOConfig(), reward=reward)
+    with pytest.raises(RewardError, match=r"^reward.py: no reward .*'eval 3' during the evaluation"):
+        gen.generate_eval_samples(**KW, n_samples_per_prompt=2)

@@ -1,73 +1,25 @@
 """The trainer actor's seams without Ray: checkpoint hooks carry the prompt history, the run directory
 gets one metrics line per step, and one controller step (samples generator -> experience maker ->
-dispatch plan -> per-rank replay buffers) accounts for every generated token."""
+dispatch plan -> per-rank replay buffers) accounts for every generated token with counts that can
+disagree. (The run's length, evaluation points and training reward: test_trainer_run.py.)"""
 
 import json
 import math
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-from dppo_stand_ins import (
-    FAKE_RAY,
-    StandInGroup,
-    StandInTokenizer,
-    base_argv,
-    logprob_fn,
-    make_args,
-    rollout_batch,
-)
+from dppo_pipeline import CheckpointGroup, bare_trainer, controller, one_step
+from dppo_stand_ins import base_argv, make_args
 from openrlhf.trainer import ppo_trainer
-from openrlhf.trainer.ppo_utils import experience_maker as host_maker
-from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
-from openrlhf_dppo.adapters._ray import unwrap_actor_class
-from openrlhf_dppo.adapters.actor import DPPOReplayBuffer
 from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker
-from openrlhf_dppo.adapters.samples_generator import PROMPT_ATTR, DrawRecord, PromptDraw
-from openrlhf_dppo.adapters.trainer import DPPO_STATE, AccountingError, DPPOTrainer, check_accounting
-from openrlhf_dppo.core import DPPOConfig, PromptHistory
+from openrlhf_dppo.adapters.trainer import DPPO_STATE, AccountingError, check_accounting
+from openrlhf_dppo.core import DPPOConfig
 from openrlhf_dppo.run_dir import RunDir
 
-Trainer = unwrap_actor_class(DPPOTrainer)
-
-
-@pytest.fixture(autouse=True)
-def stand_in_ray(monkeypatch):
-    monkeypatch.setattr(ppo_trainer, "ray", FAKE_RAY)
-    monkeypatch.setattr(host_maker, "ray", FAKE_RAY)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-
-
-class CheckpointGroup:
-    """Actor group stand-in that keeps what ``save_checkpoint`` is given, as DeepSpeed would."""
-
-    def __init__(self, states=None):
-        self.saved = []
-        self.states = states
-
-    def async_run_method(self, method_name, **kwargs):
-        if method_name == "save_checkpoint":
-            self.saved.append(kwargs)
-        if method_name == "get_checkpoint_states":
-            return [self.states]
-        return [None]
-
-
-def bare_trainer(args, cfg, run_dir, group):
-    """A trainer object with the attributes BasePPOTrainer's hooks use (its __init__ needs Ray and a model)."""
-    t = object.__new__(Trainer)
-    t.args, t.strategy, t.dppo = args, SimpleNamespace(args=args), cfg
-    t.history = PromptHistory(10, decay=cfg.history_decay, prior=cfg.history_prior)
-    t.samples_generator = SimpleNamespace(draws=0)
-    t.run_dir = run_dir
-    t.actor_model_group, t.critic_model_group = group, None
-    t.wandb_logger = t.tensorboard_logger = None
-    t.best_eval_metric_key, t.best_eval_metric_value, t._latest_eval_metric_value = "", float("-inf"), None
-    t._last_step = 0
-    return t
+pytestmark = pytest.mark.usefixtures("stand_in_ray")
 
 
 def test_history_round_trips_through_the_checkpoint_hooks_and_metrics_are_written(tmp_path):
@@ -118,122 +70,96 @@ def test_history_round_trips_through_the_checkpoint_hooks_and_metrics_are_writte
     assert status["state"] == "running" and status["step"] == 3 and status["max_steps"] == 9
 
 
-def test_accounting_check_raises_on_a_mismatch():
-    check_accounting({"tokens/generated": 10.0, "tokens/trained": 6.0, "tokens/pruned": 4.0})
-    with pytest.raises(AccountingError, match="tokens"):
-        check_accounting({"tokens/generated": 10.0, "tokens/trained": 6.0, "tokens/pruned": 3.0})
+def test_accounting_check_raises_on_a_mismatch_or_a_missing_count():
+    ok = {"tokens/generated": 10.0, "tokens/trained": 5.0, "tokens/pruned": 3.0, "tokens/filtered": 2.0}
+    ok.update(
+        {"samples/generated": 4.0, "samples/trained": 2.0, "samples/pruned": 1.0, "samples/filtered": 1.0}
+    )
+    check_accounting(ok)
+    with pytest.raises(AccountingError, match=r"tokens: generated 10.0 != trained 5.0 \+ pruned 2.0"):
+        check_accounting({**ok, "tokens/pruned": 2.0})
+    with pytest.raises(AccountingError, match="samples: no count of trained"):
+        check_accounting({k: v for k, v in ok.items() if k != "samples/trained"})
 
 
-class AppendGroup:
-    """Actor group stand-in: one real DPPOReplayBuffer per rank, fit() runs the planned micro-batches."""
-
-    def __init__(self, dp, args):
-        self.buffers = [DPPOReplayBuffer(1, 0, True, True, True) for _ in range(dp)]
-        self.args = args
-        self.forward = StandInGroup(logprob_fn(0.01, 0.05, 5), dp)
-
-    def async_run_method_batch(self, method_name, **kwargs):
-        if method_name == "forward":
-            return self.forward.async_run_method_batch(method_name, **kwargs)
-        assert method_name == "append"
-        (experiences,) = kwargs.values()
-        assert len(experiences) == len(self.buffers)  # one batched Experience per rank
-        for buffer, exp in zip(self.buffers, experiences):
-            buffer.append(exp)
-        return []
-
-    def async_run_method(self, method_name, **kwargs):
-        if method_name != "fit":
-            return [None]
-        counts = []
-        for buffer in self.buffers:
-            buffer.setup_dynamic_batch(SimpleNamespace(args=self.args))
-            counts.append(len(buffer))
-            buffer.clear()
-        assert len(set(counts)) == 1
-        return [{"policy_loss": 0.0, "micro_batches": float(counts[0])}]
+# ---- one controller step: samples generator -> experience maker -> dispatch -> per-rank buffers ------
 
 
 def test_one_controller_step_accounts_for_every_generated_token(tmp_path):
-    args = make_args(base_argv(dp=2, batch=6, train_batch=8))
-    G = args.rollout.n_samples_per_prompt
-    cfg = DPPOConfig(completion_prune_rate=0.5, p_min=0.2)
-    group = AppendGroup(2, args)
-    t = bare_trainer(args, cfg, RunDir(str(tmp_path / "run")), group)
-    t.tokenizer = StandInTokenizer()
-    t.kl_ctl = FixedKLController(0.0)
-    t.vllm_engines, t.reference_model_group = None, None
-    t.experience_maker = DPPOExperienceMaker(group.forward, None, None, None, t.kl_ctl, t.strategy, t.tokenizer,
-                                             dppo=cfg, history=t.history)  # fmt: skip
-    samples = rollout_batch(6, G, seed=31)
-    for i, s in enumerate(samples):
-        setattr(s, PROMPT_ATTR, PromptDraw(i // G, 1.0))
-    counts = {"prompts/drawn": 8.0, "prompts/rolled_out": 6.0, "prompts/pruned": 2.0}
-    t.samples_generator = SimpleNamespace(
-        last_draw=DrawRecord(drawn=8, kept=6, rolled_out=6), pop_counts=lambda: counts
-    )
-
-    status, step = t.train_step(samples, 0)
+    cfg = DPPOConfig(prompt_prune_rate=0.25, completion_prune_rate=0.5, p_min=0.2, seed=4)
+    t = controller(tmp_path, cfg, dp=2)
+    one_step(t)  # every prompt unseen: all 6 kept
+    status, samples = one_step(t)  # 6 new prompts: the history still knows none of them
+    G = t.args.rollout.n_samples_per_prompt
     tokens = sum(int(s.action_mask.sum()) for s in samples)
-    assert step == 1
-    assert status["tokens/generated"] == tokens == status["tokens/trained"] + status["tokens/pruned"]
-    assert 0 < status["samples/trained"] < status["samples/generated"] == len(samples)
+    assert status["samples/generated"] == len(samples) and status["tokens/generated"] == tokens
+    assert status["tokens/generated"] == status["tokens/trained"] + status["tokens/pruned"]
+    assert 0 < status["samples/trained"] < status["samples/generated"]
+    assert status["samples/filtered"] == status["tokens/filtered"] == 0
     assert status["micro_batches"] == status["dppo/pack_micro_batches"]
     assert status["rollout/num_samples"] == len(samples)  # rollout stats over all rollouts
-    assert status["prompts/pruned"] == 2.0 and status["dppo/normalizer_seqs"] == 8 * G
+    assert status["dppo/normalizer_seqs"] == status["prompts/drawn"] * G
     assert math.isclose(status["dppo/completion_keep_frac"], status["samples/trained"] / len(samples))
     assert ppo_trainer.balance_experiences.__name__ == "balance_experiences"  # the swap was undone
+    assert "make_experience_batch" not in vars(t.experience_maker) and t._ctx is None
 
 
-class HostAppendGroup:
-    """Actor group stand-in for the GRPO path: keeps what is appended, returns a fixed fit status."""
+def test_a_broken_count_stops_the_step(tmp_path, monkeypatch):
+    """A kept completion that reaches the actors with weight 0 (here: the top-up picks a kept one) is
+    not trained: the actors' count falls short of generated - pruned and the step stops."""
+    cfg = DPPOConfig(completion_prune_rate=0.5, p_min=0.2, seed=4)
+    t = controller(tmp_path, cfg)
+    monkeypatch.setattr(
+        DPPOExperienceMaker, "_top_up", staticmethod(lambda mask, lengths, dp: [int(mask.nonzero()[0])])
+    )
+    with pytest.raises(AccountingError, match=r"tokens: generated \d+.0 != trained \d+.0 \+ pruned"):
+        one_step(t)
 
-    def __init__(self):
-        self.appended = []
-        self.forward = StandInGroup(logprob_fn(0.01, 0.05, 5), 1)
 
-    def async_run_method_batch(self, method_name, **kwargs):
-        if method_name == "forward":
-            return self.forward.async_run_method_batch(method_name, **kwargs)
-        self.appended.extend(kwargs["experience"])
-        return []
-
-    def async_run_method(self, method_name, **kwargs):
-        return [{"policy_loss": 0.5}] if method_name == "fit" else [None]
+def test_fillers_are_counted_on_their_own_and_not_as_trained(tmp_path):
+    # 2 ranks and a keep rate that leaves fewer kept completions than ranks now and then: top-ups
+    cfg = DPPOConfig(completion_prune_rate=0.9, p_min=0.05, seed=0)
+    t = controller(tmp_path, cfg, dp=2, batch=1, n_prompts=40)
+    fillers = 0.0
+    for _ in range(12):
+        status, _ = one_step(t)
+        assert status["samples/generated"] == status["samples/trained"] + status["samples/pruned"]
+        assert status["samples/fillers"] >= status["dppo/completion_fillers"]
+        fillers += status["samples/fillers"]
+    assert fillers > 0  # the case happened
 
 
 def test_grpo_mode_step_uses_the_host_path_and_reports_nothing_pruned(tmp_path):
-    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
-
-    args = make_args(base_argv() + ["--dppo.enable", "false"])
-    group = HostAppendGroup()
-    t = bare_trainer(args, DPPOConfig(enable=False), RunDir(str(tmp_path / "run")), group)
-    t.tokenizer, t.kl_ctl, t.vllm_engines = StandInTokenizer(), FixedKLController(0.0), None
-    t.experience_maker = RemoteExperienceMaker(
-        group.forward, None, None, None, t.kl_ctl, t.strategy, t.tokenizer
-    )
-    samples = rollout_batch(4, 4, seed=41)
-    status, _ = t.train_step(samples, 0)
+    t = controller(tmp_path, DPPOConfig(enable=False), batch=4)
+    status, samples = one_step(t)
     tokens = float(sum(int(s.action_mask.sum()) for s in samples))
     assert status["tokens/generated"] == status["tokens/trained"] == tokens and status["tokens/pruned"] == 0.0
     assert (
         status["samples/trained"] == 16.0 and status["prompts/drawn"] == status["prompts/rolled_out"] == 4.0
     )
     assert not any(k.startswith("dppo/") for k in status)
-    assert sum(len(e.sequences) for e in group.appended) == 16  # every rollout reached the actor
+    assert (
+        sum(len(e.sequences) for e in t.actor_model_group.appended) == 16
+    )  # every rollout reached the actor
 
 
-def test_evaluation_lines_go_to_the_metrics_file(tmp_path):
-    from openrlhf.trainer.ppo_utils.experience import Experience
-
-    args = make_args(base_argv())
-    t = bare_trainer(args, DPPOConfig(), RunDir(str(tmp_path / "run")), CheckpointGroup())
-    rewards = [1.0, 0.0, 1.0, 1.0]
-    evals = [Experience(prompts=["p"], rewards=r, response_length=torch.tensor([3]), truncated=torch.tensor([0]))
-             for r in rewards]  # fmt: skip
-    t.samples_generator = SimpleNamespace(generate_eval_samples=lambda **kw: evals)
-    t.eval_dataloader = [(["math"], ["p"], [""], [None])]
-    logs = t.evaluate(5, n_samples_per_prompt=4, temperature=0.6)
-    (line,) = [json.loads(x) for x in open(tmp_path / "run" / "metrics.jsonl")]
-    assert line["kind"] == "eval" and line["step"] == 5
-    assert line["eval_math_pass1"] == logs["eval_math_pass1"] == 0.75 and line["eval_math_pass4"] == 1.0
+@pytest.mark.parametrize("enable", [True, False])
+def test_dynamic_filtering_counts_the_dropped_groups_and_the_history_sees_them(tmp_path, enable):
+    cfg = DPPOConfig(prompt_prune_rate=0.25, completion_prune_rate=0.5, p_min=0.2, seed=1, enable=enable)
+    t = controller(tmp_path, cfg, extra=["--algo.dynamic_filtering_enable"], batch=4)
+    status, samples = one_step(t)
+    G = t.args.rollout.n_samples_per_prompt
+    dropped = [p for p in t.engine.prompts if int(p.split()[-1]) % 4 == 0]  # all-solved: filtered out
+    assert dropped and status["samples/filtered"] == G * len(dropped)
+    assert (
+        status["samples/generated"] == len(samples) + status["samples/filtered"] == G * len(t.engine.prompts)
+    )
+    assert (
+        status["samples/generated"]
+        == status["samples/trained"] + status["samples/pruned"] + status["samples/filtered"]
+    )
+    assert status["rollout/num_samples"] == status["samples/generated"]  # the dropped groups are rollouts
+    if enable:
+        index = torch.tensor([int(p.split()[-1]) for p in dropped])
+        assert t.history.count[index].tolist() == [1] * len(dropped)
+        assert torch.isfinite(t.history.score(index, G)).all()  # no longer "unseen"

@@ -8,7 +8,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openrlhf_dppo.core import SAMPLING_DESIGNS, fixed_size_probs, sample_mask, step_generator
+from openrlhf_dppo.core import (
+    FIXED_SIZE_FALLBACK,
+    FIXED_SIZE_HELD,
+    FIXED_SIZE_NOT_MULTIPLE,
+    SAMPLING_DESIGNS,
+    fixed_size_probs,
+    sample_mask,
+    step_generator,
+)
 
 P6 = torch.tensor([0.1, 0.35, 0.5, 0.05, 1.0, 0.0], dtype=torch.float64)  # sums to 2.0
 
@@ -43,7 +51,7 @@ def test_systematic_hand():
 )
 def test_fixed_size_rescale_properties(p, m, seed):
     P = torch.tensor(p, dtype=torch.float64)
-    q, ok = fixed_size_probs(P, m)
+    q, status = fixed_size_probs(P, m)
     pos = P > 0
     assert torch.all(q[~pos] == 0) and torch.all(q <= 1)
     if pos.any():
@@ -51,8 +59,16 @@ def test_fixed_size_rescale_properties(p, m, seed):
         assert torch.all(q[pos] >= floor - 1e-12)  # floors survive
     total = float(q.sum())
     assert abs(total - round(total)) < 1e-9
-    if bool(ok):
+    if int(status) != FIXED_SIZE_NOT_MULTIPLE:
         assert round(total) % m == 0
+    if int(status) != FIXED_SIZE_FALLBACK:
+        assert torch.all(q[P == 1.0] == 1.0)  # p = 1 items are held at 1
+    else:  # the fallback only when no multiple was reachable with them held
+        held, free = int((P == 1).sum()), int(((P > 0) & (P < 1)).sum())
+        low = held + math.ceil(free * float(P[(P > 0) & (P < 1)].min()) - 1e-9) if free else held
+        assert not any(k % m == 0 for k in range(low, held + free + 1))
+    again, _ = fixed_size_probs(q, m)
+    assert torch.equal(again, q)  # a row already at its multiple is left unchanged
     mask, _ = sample_mask(P, "systematic", step_generator(seed, 0), multiple_of=m)
     assert int(mask.sum()) == round(total)
     assert not mask[~pos].any()
@@ -60,12 +76,34 @@ def test_fixed_size_rescale_properties(p, m, seed):
 
 def test_fixed_size_hand():
     # p = 0.35 * 10 = 3.5, multiple of 4 -> nearest multiple 4: q = 0.4 each (scale 8/7, no clipping)
-    q, ok = fixed_size_probs(torch.full((10,), 0.35, dtype=torch.float64), 4)
+    q, status = fixed_size_probs(torch.full((10,), 0.35, dtype=torch.float64), 4)
     torch.testing.assert_close(q, torch.full((10,), 0.4, dtype=torch.float64), rtol=0, atol=1e-12)
-    assert bool(ok)
-    # p = 0.9 * 10: floors 0.9 each -> feasible totals [9, 10] hold no multiple of 8: fall back to 9
-    q, ok = fixed_size_probs(torch.full((10,), 0.9, dtype=torch.float64), 8)
-    assert not bool(ok) and abs(float(q.sum()) - 9.0) < 1e-12
+    assert int(status) == FIXED_SIZE_HELD
+    # p = 0.9 * 10: floors 0.9 each -> feasible totals [9, 10] hold no multiple of 8: the integer 9
+    q, status = fixed_size_probs(torch.full((10,), 0.9, dtype=torch.float64), 8)
+    assert int(status) == FIXED_SIZE_NOT_MULTIPLE and abs(float(q.sum()) - 9.0) < 1e-12
+
+
+def test_fixed_size_holds_the_p_equal_1_items_and_rescales_the_others():
+    # three unseen prompts (q = 1) and three at 0.4: sum 4.2, nearest integer 4. With the 1s held the
+    # others would need 1.0 in all, below their floor 3 x 0.4 = 1.2: totals [5, 6] are reachable and 5
+    # is nearest, so the others rise to 2/3 each (scale 5/3). Scaling every item would have reached 4 by
+    # moving the unseen prompts down to 0.9333.
+    p = torch.tensor([1.0, 1.0, 1.0, 0.4, 0.4, 0.4], dtype=torch.float64)
+    q, status = fixed_size_probs(p, 1)
+    torch.testing.assert_close(
+        q, torch.tensor([1, 1, 1, 2 / 3, 2 / 3, 2 / 3], dtype=torch.float64), rtol=0, atol=1e-12
+    )
+    assert int(status) == FIXED_SIZE_HELD
+
+
+def test_fixed_size_falls_back_to_scaling_every_item_only_when_holding_them_reaches_no_multiple():
+    # four 1s and one 0.5 (sum 4.5), multiple of 4: with the 1s held the reachable totals are [5, 5], no
+    # multiple of 4. Scaling every item (floor 0.5): 4c + 0.5 = 4 -> c = 0.875, status FALLBACK.
+    p = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.5], dtype=torch.float64)
+    q, status = fixed_size_probs(p, 4)
+    torch.testing.assert_close(q, torch.tensor([0.875] * 4 + [0.5], dtype=torch.float64), rtol=0, atol=1e-12)
+    assert int(status) == FIXED_SIZE_FALLBACK
 
 
 def test_multiple_of_unbiased_with_p_used():

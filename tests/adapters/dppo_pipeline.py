@@ -1,0 +1,197 @@
+"""The adapters wired to the stand-ins (``dppo_stand_ins``): an experience maker, a bare trainer and a
+controller step (samples generator -> experience maker -> dispatch plan -> per-rank replay buffers)
+without Ray. Shared by the adapter tests."""
+
+import copy
+from types import SimpleNamespace
+
+import torch
+from dppo_stand_ins import (
+    GENERATE_KW,
+    StandInGroup,
+    StandInTokenizer,
+    base_argv,
+    generator_for,
+    logprob_fn,
+    make_args,
+    solved_every_4th,
+)
+from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+
+from openrlhf_dppo.adapters._ray import unwrap_actor_class
+from openrlhf_dppo.adapters.actor import DPPOReplayBuffer, micro_batch_counts, step_counts
+from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker
+from openrlhf_dppo.adapters.step import PROMPT_ATTR, DrawRecord, PromptDraw, StepContext
+from openrlhf_dppo.adapters.trainer import DPPOTrainer
+from openrlhf_dppo.core import PromptHistory
+from openrlhf_dppo.run_dir import RunDir
+
+Trainer = unwrap_actor_class(DPPOTrainer)
+
+# ---- the experience maker ---------------------------------------------------------------------------
+
+ACTOR = logprob_fn(0.01, 0.05, 5)
+REF = logprob_fn(0.02, 0.07, 3)
+
+
+_ARGS = {}
+
+
+def args_for(dp=1, kl="none", extra=()):
+    key = (dp, kl, tuple(extra))
+    if key not in _ARGS:
+        argv = base_argv(dp=dp)
+        if kl != "none":
+            argv = [
+                a if a != "0" or argv[i - 1] != "--algo.kl.init_coef" else "0.05" for i, a in enumerate(argv)
+            ]
+        if kl == "loss":
+            argv += ["--algo.kl.use_loss", "--algo.kl.estimator", "k3"]
+        _ARGS[key] = make_args(argv + list(extra))
+    return copy.deepcopy(_ARGS[key])
+
+
+def tag(samples, group, q=None):
+    for i, s in enumerate(samples):
+        j = i // group
+        setattr(s, PROMPT_ATTR, PromptDraw(j, 1.0 if q is None else float(q[j])))
+    return samples
+
+
+def groups(args):
+    ref = StandInGroup(REF, 1) if args.algo.kl.init_coef > 0 else None
+    return StandInGroup(ACTOR, 1), ref
+
+
+def dppo_maker(args, cfg):
+    actor, ref = groups(args)
+    strategy = SimpleNamespace(args=args)
+    kl = FixedKLController(args.algo.kl.init_coef)
+    return DPPOExperienceMaker(
+        actor, None, None, ref, kl, strategy, StandInTokenizer(), dppo=cfg, history=PromptHistory(16)
+    )
+
+
+def make(maker, samples, step=0, drawn=None, filtered=()):
+    """One step through the maker: (experiences, the StepContext it filled). drawn: the prompts the
+    generator drew (None: no draw record, as with dynamic filtering's HT count)."""
+    ctx = StepContext(
+        step=step, draw=None if drawn is None else DrawRecord(drawn=drawn), filtered=list(filtered)
+    )
+    return maker.make_experience_batch(ctx, samples), ctx
+
+
+# ---- the trainer ------------------------------------------------------------------------------------
+
+
+class CheckpointGroup:
+    """Actor group stand-in that keeps what ``save_checkpoint`` is given, as DeepSpeed would."""
+
+    def __init__(self, states=None):
+        self.saved = []
+        self.states = states
+
+    def async_run_method(self, method_name, **kwargs):
+        if method_name == "save_checkpoint":
+            self.saved.append(kwargs)
+        if method_name == "get_checkpoint_states":
+            return [self.states]
+        return [None]
+
+
+def bare_trainer(args, cfg, run_dir, group):
+    """A trainer object with the attributes BasePPOTrainer's hooks use (its __init__ needs Ray and a model)."""
+    t = object.__new__(Trainer)
+    t.args, t.strategy, t.dppo = args, SimpleNamespace(args=args), cfg
+    t.history = PromptHistory(10, decay=cfg.history_decay, prior=cfg.history_prior)
+    t.samples_generator = SimpleNamespace(draws=0)
+    t.run_dir = run_dir
+    t.actor_model_group, t.critic_model_group = group, None
+    t.wandb_logger = t.tensorboard_logger = None
+    t.best_eval_metric_key, t.best_eval_metric_value, t._latest_eval_metric_value = "", float("-inf"), None
+    t._last_step = 0
+    t._checkpoint_states = None
+    t._ctx = None
+    t.step_limit = None
+    return t
+
+
+class AppendGroup:
+    """Actor group stand-in: one real DPPOReplayBuffer per rank; fit() runs the planned micro-batches
+    and counts them as DPPOActorTrainer does (``micro_batch_counts`` per micro-batch, ``step_counts``)."""
+
+    def __init__(self, dp, args):
+        self.buffers = [DPPOReplayBuffer(1, 0, True, True, True) for _ in range(dp)]
+        self.args = args
+        self.forward = StandInGroup(logprob_fn(0.01, 0.05, 5), dp)
+
+    def async_run_method_batch(self, method_name, **kwargs):
+        if method_name == "forward":
+            return self.forward.async_run_method_batch(method_name, **kwargs)
+        assert method_name == "append"
+        (experiences,) = kwargs.values()
+        assert len(experiences) == len(self.buffers)  # one batched Experience per rank
+        for buffer, exp in zip(self.buffers, experiences):
+            buffer.append(exp)
+        return []
+
+    def async_run_method(self, method_name, **kwargs):
+        if method_name != "fit":
+            return [None]
+        per_rank, counts = [], torch.zeros(4, dtype=torch.float64)
+        for buffer in self.buffers:
+            buffer.setup_dynamic_batch(SimpleNamespace(args=self.args))
+            per_rank.append(len(buffer))
+            for m in range(len(buffer)):
+                counts += micro_batch_counts(buffer.collate_fn([buffer[m]]))
+            buffer.clear()
+        assert len(set(per_rank)) == 1
+        return [{"policy_loss": 0.0, "micro_batches": float(per_rank[0]), **step_counts(counts, 1, None)}]
+
+
+class HostAppendGroup:
+    """Actor group stand-in for the GRPO path: keeps what is appended, returns a fixed fit status."""
+
+    def __init__(self):
+        self.appended = []
+        self.forward = StandInGroup(logprob_fn(0.01, 0.05, 5), 1)
+
+    def async_run_method_batch(self, method_name, **kwargs):
+        if method_name == "forward":
+            return self.forward.async_run_method_batch(method_name, **kwargs)
+        self.appended.extend(kwargs["experience"])
+        return []
+
+    def async_run_method(self, method_name, **kwargs):
+        return [{"policy_loss": 0.5}] if method_name == "fit" else [None]
+
+
+def controller(tmp_path, cfg, extra=(), dp=1, batch=6, n_prompts=24, reward=solved_every_4th):
+    """A trainer with the real samples generator (stand-in engine), experience maker and, for DPPO, the
+    per-rank DPPO replay buffers: a controller step without Ray."""
+    args = make_args(base_argv(dp=dp, batch=batch, train_batch=8) + list(extra))
+    group = AppendGroup(dp, args) if cfg.enable else HostAppendGroup()
+    t = bare_trainer(args, cfg, RunDir(str(tmp_path / "run")), group)
+    t.history = PromptHistory(n_prompts) if cfg.enable else None
+    t.tokenizer, t.kl_ctl, t.vllm_engines = StandInTokenizer(), FixedKLController(0.0), None
+    t.samples_generator, t.engine = generator_for(args, cfg, t.history, n_prompts, reward)
+    if cfg.enable:
+        t.experience_maker = DPPOExperienceMaker(group.forward, None, None, None, t.kl_ctl, t.strategy, t.tokenizer,
+                                                 dppo=cfg, history=t.history)  # fmt: skip
+    else:
+        t.experience_maker = RemoteExperienceMaker(
+            group.forward, None, None, None, t.kl_ctl, t.strategy, t.tokenizer
+        )
+    return t
+
+
+def one_step(t):
+    """What OpenRLHF's loop does for one step: ask for the rollouts, train them. (status, rollouts)."""
+    for _ in range(3):  # an exhausted answer ends an epoch; OpenRLHF's loop then asks again
+        samples = t._next_rollouts(t.samples_generator.generate_samples, **GENERATE_KW)[0]
+        if samples:
+            break
+    assert samples, "the stand-in draw gave nothing to train"
+    status, t._last_step = t.train_step(samples, t._last_step)
+    return status, samples

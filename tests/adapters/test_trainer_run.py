@@ -1,0 +1,169 @@
+"""The trainer over a run: evaluation lines, --dppo.max_steps and the evaluation points (step 0, the
+schedule, the last step), the LR schedule's length, and the training reward (raw, Horvitz-Thompson)."""
+
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+from dppo_pipeline import CheckpointGroup, bare_trainer, controller, one_step
+from dppo_stand_ins import base_argv, make_args
+
+from openrlhf_dppo.adapters.step import PROMPT_ATTR
+from openrlhf_dppo.adapters.trainer import scheduler_steps
+from openrlhf_dppo.core import DPPOConfig
+from openrlhf_dppo.run_dir import RunDir
+
+pytestmark = pytest.mark.usefixtures("stand_in_ray")
+
+
+def test_evaluation_lines_go_to_the_metrics_file(tmp_path):
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    args = make_args(base_argv())
+    t = bare_trainer(args, DPPOConfig(), RunDir(str(tmp_path / "run")), CheckpointGroup())
+    rewards = [1.0, 0.0, 1.0, 1.0]
+    evals = [Experience(prompts=["p"], rewards=r, response_length=torch.tensor([3]), truncated=torch.tensor([0]))
+             for r in rewards]  # fmt: skip
+    t.samples_generator = SimpleNamespace(generate_eval_samples=lambda **kw: evals)
+    t.eval_dataloader = [(["math"], ["p"], [""], [None])]
+    logs = t.evaluate(5, n_samples_per_prompt=4, temperature=0.6)
+    (line,) = [json.loads(x) for x in open(tmp_path / "run" / "metrics.jsonl")]
+    assert line["kind"] == "eval" and line["step"] == 5
+    assert line["eval_math_pass1"] == logs["eval_math_pass1"] == 0.75 and line["eval_math_pass4"] == 1.0
+
+
+# ---- the run's length and its evaluation points -----------------------------------------------------
+
+
+class EndlessGenerator:
+    """Samples-generator stand-in that never runs out of prompts: OpenRLHF's loop alone would not stop."""
+
+    def __init__(self, evals):
+        self.calls = 0
+        self.steps = []  # the step of each context handed in
+        self.draws = 0
+        self.evals = evals
+
+    def generate_samples(self, ctx, **kwargs):
+        self.steps.append(ctx.step)
+        self.calls += 1
+        if self.calls > 40:
+            raise RuntimeError("the training loop did not stop")
+        return ["a rollout"], None, 1, False
+
+    def generate_eval_samples(self, **kwargs):
+        return self.evals
+
+
+class StandInLoader(list):
+    def state_dict(self):
+        return {}
+
+
+def looping_trainer(tmp_path, enable, extra=(), states=None):
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    argv = base_argv() + [
+        "--train.num_episodes",
+        "3",
+        "--eval.steps",
+        "2",
+        "--ckpt.path",
+        str(tmp_path / "ckpt"),
+    ]
+    args = make_args(argv + list(extra))
+    group = CheckpointGroup(states)
+    t = bare_trainer(args, DPPOConfig(enable=enable), RunDir(str(tmp_path / "run")), group)
+    evals = [Experience(prompts=["p"], rewards=r, response_length=torch.tensor([3]), truncated=torch.tensor([0]))
+             for r in (1.0, 0.0, 0.0, 1.0)]  # fmt: skip
+    t.samples_generator = EndlessGenerator(evals)
+    t.eval_dataloader = [(["math"], ["p"], [""], [None])]
+    t.prompts_dataloader = StandInLoader(range(8))
+    t.generate_kwargs = {"temperature": 1.0}
+    t.broadcast_to_vllm = lambda: None
+
+    def train_step(samples, step):
+        t._ctx = None  # the step's context is used up
+        return {"timing/make_experience": 0.01}, step + 1
+
+    t.train_step = train_step
+    return t
+
+
+def lines(tmp_path, kind):
+    rows = [json.loads(x) for x in open(tmp_path / "run" / "metrics.jsonl")]
+    return [r for r in rows if r["kind"] == kind]
+
+
+@pytest.mark.parametrize("enable", [True, False])
+def test_max_steps_ends_the_run_after_the_last_steps_evaluation(tmp_path, enable):
+    t = looping_trainer(tmp_path, enable)
+    t.step_limit = 5
+    t.fit()
+    assert [r["step"] for r in lines(tmp_path, "train")] == [1, 2, 3, 4, 5]
+    assert t.samples_generator.steps == [1, 2, 3, 4, 5]  # the exhausted answers generate nothing
+    evals = lines(tmp_path, "eval")
+    assert [r["step"] for r in evals] == [0, 2, 4]  # a fresh run starts with an evaluation at step 0
+    assert all(r["timing/eval"] >= 0 and r["eval_math_pass1"] == 0.5 for r in evals)
+    status = json.load(open(tmp_path / "run" / "status.json"))
+    assert status["state"] == "finished" and status["step"] == 5
+    assert "generate_samples" not in vars(t.samples_generator)  # fit's routing was undone
+
+
+def test_the_last_step_is_evaluated_when_it_is_on_the_schedule_and_a_resume_skips_step_0(tmp_path):
+    os.makedirs(tmp_path / "ckpt" / "_actor")
+    states = {"episode": 0, "global_step": 2, "total_consumed_prompts": 8, "data_loader_state_dict": {}}
+    t = looping_trainer(tmp_path, True, ["--ckpt.load_enable"], states=states)
+    t.step_limit = 4
+    t.fit()
+    assert [r["step"] for r in lines(tmp_path, "train")] == [3, 4] == t.samples_generator.steps
+    assert [r["step"] for r in lines(tmp_path, "eval")] == [4]
+
+
+def test_the_lr_schedule_spans_the_steps_max_steps_allows():
+    args = make_args(base_argv(batch=4, group=4, train_batch=8) + ["--train.max_epochs", "2"])
+    assert scheduler_steps(args, 1000, None) == 1000
+    assert scheduler_steps(args, 1000, 7) == 7 * (4 * 4 // 8) * 2
+    assert scheduler_steps(args, 10, 7) == 10
+
+
+# ---- the training reward ------------------------------------------------------------------------------
+
+
+def test_unpruned_dppo_reward_ht_equals_grpos_reward_mean(tmp_path):
+    """The same 6 prompts and rollouts (the stand-in engine is deterministic per prompt) through both
+    arms, DPPO without prompt pruning: the HT reward is GRPO's reward mean, the same float."""
+    grpo = one_step(controller(tmp_path / "grpo", DPPOConfig(enable=False)))[0]
+    dppo, samples = one_step(controller(tmp_path / "dppo", DPPOConfig(completion_prune_rate=0.5, p_min=0.2)))
+    raw = torch.cat([s.rewards for s in samples]).double()
+    assert grpo["rollout/reward_ht"] == grpo["rollout/reward_mean"] == dppo["rollout/reward_ht"]
+    assert dppo["rollout/reward_mean"] == dppo["rollout/reward_ht"]
+    assert grpo["rollout/reward_mean"] == pytest.approx(float(raw.mean()), rel=1e-14)
+
+
+def test_reward_ht_reweights_the_rolled_out_prompts_to_the_drawn_batch(tmp_path):
+    cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.2, seed=3)
+    t = controller(tmp_path, cfg, batch=8, n_prompts=8)
+    one_step(t)  # epoch 1: all 8 prompts seen once (unseen prompts keep q = 1)
+    status, samples = one_step(t)  # epoch 2: scores from the history, q < 1 for some
+    G = t.args.rollout.n_samples_per_prompt
+    q = torch.tensor([getattr(s, PROMPT_ATTR).q for s in samples[::G]], dtype=torch.float64)
+    assert (q < 1).any() and status["prompts/drawn"] == 8
+    sums = torch.cat([s.rewards for s in samples]).double().reshape(-1, G).sum(1)
+    assert status["rollout/reward_ht"] == pytest.approx(float((sums / q).sum() / (8 * G)), rel=1e-14)
+    assert status["rollout/reward_ht"] != status["rollout/reward_mean"]
+
+
+@pytest.mark.parametrize("enable", [True, False])
+def test_reward_statistics_are_of_the_raw_rewards_not_the_length_penalised_ones(tmp_path, enable):
+    # the DAPO overlong penalty hits every response longer than 24 - 20 = 4 tokens
+    penalty = ["--reward.overlong_buffer_len", "20", "--reward.overlong_penalty_factor", "1.0"]
+    t = controller(tmp_path, DPPOConfig(enable=enable), extra=penalty)
+    status, samples = one_step(t)
+    raw = torch.tensor([float(s.info["score"]) for s in samples], dtype=torch.float64)  # as vLLM returned it
+    assert any(int(s.response_length) > 4 for s in samples)
+    assert status["rollout/reward_mean"] == pytest.approx(float(raw.mean()), rel=1e-14)
+    assert status["rollout/reward_std"] == pytest.approx(float(raw.std()), rel=1e-12)
+    assert status["rollout/reward_ht"] == status["rollout/reward_mean"]

@@ -1,0 +1,61 @@
+"""Training-reward statistics: the Horvitz-Thompson reward by hand, equal to the plain mean when nothing
+is prompt-pruned, and unbiased for the drawn batch's mean reward over the prompt-pruning draws."""
+
+import math
+
+import pytest
+import torch
+
+from openrlhf_dppo.core import prune_prompts, reward_stats, step_generator
+
+
+def test_reward_ht_by_hand():
+    # 3 rolled-out prompts of B_drawn = 5, G = 4. Group sums 3, 0, 4; divided by q = 0.5, 1, 0.25:
+    # 6 + 0 + 16 = 22, over B_drawn * G = 20 -> 1.1. Plain mean 7 / 12; 7 ones and 5 zeros around
+    # 7/12: unbiased variance (7 * (5/12)^2 + 5 * (7/12)^2) / 11 = 420 / 1584.
+    r = torch.tensor([[1.0, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]])
+    m = reward_stats(r, torch.tensor([0.5, 1.0, 0.25]), num_drawn=5)
+    assert m["rollout/reward_ht"] == pytest.approx(1.1, abs=1e-15)
+    assert m["rollout/reward_mean"] == pytest.approx(7 / 12, abs=1e-15)
+    assert m["rollout/reward_std"] == pytest.approx(math.sqrt(420 / 1584), abs=1e-15)
+    assert all(isinstance(v, float) for v in m.values())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_without_prompt_pruning_reward_ht_is_the_reward_mean_exactly(seed):
+    g = torch.Generator().manual_seed(seed)
+    r = torch.rand(7, 5, generator=g, dtype=torch.float64) * 3 - 1  # non-binary: summation order matters
+    m = reward_stats(r)
+    assert m["rollout/reward_ht"] == m["rollout/reward_mean"]  # the same float, not just close
+    assert m["rollout/reward_mean"] == pytest.approx(float(r.mean()), rel=1e-14)
+    assert reward_stats(r, torch.ones(7), num_drawn=7) == m
+
+
+def test_reward_ht_is_unbiased_for_the_drawn_batch_mean_over_prompt_draws():
+    """Monte-Carlo over the seeded prompt-pruning draws (as the samples generator draws): the mean of
+    reward_ht is the drawn batch's mean reward; the mean over rolled-out prompts is tilted away from it."""
+    g = torch.Generator().manual_seed(0)
+    B, G = 8, 4
+    rewards = (torch.rand(B, G, generator=g) < torch.linspace(0.05, 0.95, B)[:, None]).double()
+    scores = torch.tensor([0.1, 0.9, 0.3, 0.05, 0.7, 0.5, 0.2, 0.8], dtype=torch.float64)
+    truth = float(rewards.mean())
+    ht, plain = [], []
+    for r in range(4000):
+        draw, _ = prune_prompts(scores, 0.5, 0.1, "systematic", step_generator(3, r, 0))
+        kept = draw.mask
+        m = reward_stats(rewards[kept], draw.prob[kept], num_drawn=B)
+        ht.append(m["rollout/reward_ht"])
+        plain.append(m["rollout/reward_mean"])
+    ht, plain = torch.tensor(ht), torch.tensor(plain)
+    se = ht.std() / len(ht) ** 0.5
+    assert abs(float(ht.mean()) - truth) < 4 * se
+    assert abs(float(plain.mean()) - truth) > 10 * plain.std() / len(plain) ** 0.5  # the test has teeth
+
+
+def test_reward_stats_refuses_bad_input():
+    with pytest.raises(ValueError, match=r"\(n, G\)"):
+        reward_stats(torch.ones(4))
+    with pytest.raises(ValueError, match="num_drawn"):
+        reward_stats(torch.ones(3, 2), num_drawn=2)
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        reward_stats(torch.ones(2, 2), torch.tensor([0.0, 1.0]))
