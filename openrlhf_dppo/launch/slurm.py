@@ -47,11 +47,11 @@ class SubmissionError(RuntimeError):
 
 
 def load_experiment(path: str | os.PathLike, *, nodes: int, gpus_per_node: int) -> tuple[str, list[str]]:
-    """(entry module, training flags) of an experiment config (openrlhf_dppo/config.py format).
+    """(entry module, training flags) of an experiment config (openrlhf_dppo/recipe.py format).
 
     The config's NNODES / GPUS_PER_NODE variables follow the allocation (a CPU job, 0 GPUs, keeps the
     config's own value), like any variable set in the environment."""
-    from openrlhf_dppo.config import load_command
+    from openrlhf_dppo.recipe import load_command
 
     environ = dict(os.environ, NNODES=str(nodes))
     if gpus_per_node > 0:
