@@ -160,6 +160,9 @@ class _DPPOTrainer(_PPOTrainerBase):
         states = super().init_checkpoint_states()
         if self.dppo.enable and DPPO_STATE in states:
             self.load_dppo_state(states[DPPO_STATE])
+        # the first status of a (re)start: the step it resumes from (0 for a fresh run), never 0 after a resume
+        self._last_step = int(states["global_step"])
+        self.run_dir.status("running", self._last_step)
         return states
 
     def evaluate(self, global_step, **generate_kwargs):
@@ -168,8 +171,7 @@ class _DPPOTrainer(_PPOTrainerBase):
         return logs
 
     def fit(self, global_step: int = 0) -> None:
-        self.run_dir.status("running", global_step)
-        try:
+        try:  # the host's fit calls init_checkpoint_states first, which writes the first status
             super().fit(global_step)
         except BaseException:
             self.run_dir.status("failed", self._last_step)

@@ -16,8 +16,10 @@ test cluster runs two Slurm nodes on one host).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -134,18 +136,45 @@ def terminate_group(pid: int, grace_s: float) -> None:
 
 @dataclass(frozen=True)
 class Rendezvous:
-    """Files in a shared folder through which the tasks of one job (one restart of it) meet."""
+    """Files in a shared folder through which the tasks of one job (one restart of it) meet, and the
+    Ray temp dir each node of that restart uses on its local disk."""
 
-    folder: Path
+    root: Path  # shared by all nodes (the job folder)
+    job_id: str
+    restart: int
+    temp_root: Path = Path("/tmp")  # local; short: Ray puts Unix sockets under it
 
     @classmethod
-    def for_job(cls, root: str | os.PathLike, job_id: str, restart: int) -> Rendezvous:
-        return cls(Path(root) / f"ray_{job_id}_r{restart}")
+    def for_job(
+        cls, root: str | os.PathLike, job_id: str, restart: int, temp_root: str | os.PathLike = "/tmp"
+    ) -> Rendezvous:
+        return cls(Path(root), str(job_id), int(restart), Path(temp_root))
+
+    @property
+    def folder(self) -> Path:
+        return self.root / f"ray_{self.job_id}_r{self.restart}"
 
     @property
     def ray_temp_dir(self) -> str:
-        """Ray's per-job temp dir on each node (local disk; short: Ray puts Unix sockets under it)."""
-        return f"/tmp/ray_dppo_{self.folder.name}"
+        """Ray's temp dir on each node, private to this restart of the job."""
+        return str(self.temp_root / f"ray_dppo_{self.folder.name}")
+
+    def stale_temp_dirs(self) -> list[Path]:
+        """Ray temp dirs that earlier restarts of this job left on this node (a hard kill skips the
+        teardown). A restart starts only after the previous one ended on every node, so none is in use."""
+        pattern = re.compile(rf"ray_dppo_ray_{re.escape(self.job_id)}_r(\d+)")
+        stale = []
+        for path in self.temp_root.glob(f"ray_dppo_ray_{self.job_id}_r*"):
+            m = pattern.fullmatch(path.name)
+            if m and int(m.group(1)) < self.restart and path.is_dir():
+                stale.append(path)
+        return sorted(stale)
+
+    def remove_stale_temp_dirs(self) -> list[Path]:
+        stale = self.stale_temp_dirs()
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
+        return stale
 
     @property
     def head_file(self) -> Path:
@@ -154,6 +183,18 @@ class Rendezvous:
     @property
     def done_file(self) -> Path:
         return self.folder / "done"
+
+    @property
+    def requeue_file(self) -> Path:
+        """Written by whoever requeues the job (slurm/dppo_ray.sbatch on its signal) before stopping it."""
+        return self.folder / "requeue"
+
+    def request_requeue(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.requeue_file.touch()
+
+    def requeue_requested(self) -> bool:
+        return self.requeue_file.exists()
 
     def publish_head(self, address: str) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -264,9 +305,10 @@ def run_head(
     join_timeout_s: float,
     env: dict[str, str] | None = None,
     on_driver_start=None,
-    requeue_wait_s: float = 30.0,
 ) -> int:
-    """Task 0: start the head, wait for `num_nodes` nodes, run `driver_cmd`; returns its exit code."""
+    """Task 0: start the head, wait for `num_nodes` nodes, run `driver_cmd`; returns its exit code
+    (`Popen.returncode`: negative for a signal) once the driver and Ray are stopped. It never waits for
+    anything after the driver ended: what the exit means is the caller's call (launch/status.py)."""
     address = f"{node_ip()}:{port}"
     head = subprocess.Popen(
         ray_start_command(
@@ -288,18 +330,13 @@ def run_head(
         )
         if on_driver_start is not None:
             on_driver_start(driver)
-        rc = driver.wait()
-        if rc < 0:
-            # Killed by a signal: at a preemption Slurm SIGTERMs every process of the job, then submitit's
-            # USR2 comes to requeue it. Wait for it here (its handler exits this process) before failing.
-            print(f"[dppo-launch] the trainer was killed by signal {-rc}; waiting for a requeue", flush=True)
-            time.sleep(requeue_wait_s)
-        return rc
+        return driver.wait()
     finally:
-        rdv.mark_done()
-        stop_process_group(driver)
-        stop_process_group(head)
-        shutil.rmtree(rdv.ray_temp_dir, ignore_errors=True)
+        with _signals_held():
+            rdv.mark_done()
+            stop_process_group(driver)
+            stop_process_group(head)
+            shutil.rmtree(rdv.ray_temp_dir, ignore_errors=True)
 
 
 def run_worker(
@@ -319,17 +356,36 @@ def run_worker(
         preexec_fn=_ignore_job_signals,
     )
     try:
+        lost_since = None
         while not rdv.is_done():
-            if worker.poll() is not None:
-                if rdv.is_done():
-                    break
+            if lost_since is None and worker.poll() is not None:
+                lost_since = time.monotonic()
+                print(
+                    f"[dppo-launch] this node's Ray exited ({worker.returncode}); waiting for the head",
+                    flush=True,
+                )
+            if lost_since is not None and time.monotonic() - lost_since > lost_grace_s:
                 raise RayClusterError(
-                    f"the Ray worker exited with code {worker.returncode} before the job ended"
+                    f"the Ray worker exited with code {worker.returncode} before the job ended, and the head "
+                    f"did not finish within {lost_grace_s:.0f}s"
                 )
             time.sleep(1.0)
     finally:
-        stop_process_group(worker)
-        shutil.rmtree(rdv.ray_temp_dir, ignore_errors=True)
+        with _signals_held():
+            stop_process_group(worker)
+            shutil.rmtree(rdv.ray_temp_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold the job's signals (USR2: submitit's requeue handler exits the process; TERM) while Ray is
+    torn down, so that a handler cannot leave Ray processes behind; they are delivered after."""
+    held = {signal.SIGUSR2, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 if __name__ == "__main__":  # the node-count child of wait_for_nodes

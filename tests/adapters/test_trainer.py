@@ -118,6 +118,32 @@ def test_history_round_trips_through_the_checkpoint_hooks_and_metrics_are_writte
     assert status["state"] == "running" and status["step"] == 3 and status["max_steps"] == 9
 
 
+def test_a_resumed_run_reports_the_restored_step_from_its_first_status_never_step_0(tmp_path, monkeypatch):
+    args = make_args(base_argv() + ["--ckpt.path", str(tmp_path / "ckpt"), "--ckpt.load_enable"])
+    os.makedirs(tmp_path / "ckpt" / "_actor")
+    states = {"episode": 0, "global_step": 6, "total_consumed_prompts": 24, "data_loader_state_dict": {}}
+    t = bare_trainer(args, DPPOConfig(), RunDir(str(tmp_path / "run"), max_steps=9), CheckpointGroup(states))
+    seen = []
+
+    def host_fit(self, global_step=0):  # OpenRLHF's fit: load the checkpoint states first, then train
+        seen.append(
+            json.load(open(tmp_path / "run" / "status.json"))
+            if (tmp_path / "run" / "status.json").exists()
+            else None
+        )
+        self.init_checkpoint_states()
+        seen.append(json.load(open(tmp_path / "run" / "status.json")))
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(Trainer.__mro__[1], "fit", host_fit)  # the host class _DPPOTrainer extends
+    with pytest.raises(RuntimeError):
+        t.fit(0)  # the driver calls fit(0) on a restart too
+    assert seen[0] is None  # nothing written before the checkpoint is loaded
+    assert (seen[1]["state"], seen[1]["step"]) == ("running", 6)
+    status = json.load(open(tmp_path / "run" / "status.json"))
+    assert (status["state"], status["step"]) == ("failed", 6)  # not 0: the run failed after step 6
+
+
 def test_accounting_check_raises_on_a_mismatch():
     check_accounting({"tokens/generated": 10.0, "tokens/trained": 6.0, "tokens/pruned": 4.0})
     with pytest.raises(AccountingError, match="tokens"):
