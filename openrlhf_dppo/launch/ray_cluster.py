@@ -304,6 +304,7 @@ def run_head(
     port: int,
     join_timeout_s: float,
     env: dict[str, str] | None = None,
+    on_head_start=None,
     on_driver_start=None,
 ) -> int:
     """Task 0: start the head, wait for `num_nodes` nodes, run `driver_cmd`; returns its exit code
@@ -319,6 +320,8 @@ def run_head(
     )
     driver = None
     try:
+        if on_head_start is not None:
+            on_head_start(head)
         rdv.publish_head(address)
         nodes = wait_for_nodes(address, num_nodes, join_timeout_s, head=head)
         print(f"[dppo-launch] Ray cluster ready at {address}: {len(nodes)} nodes {nodes}", flush=True)

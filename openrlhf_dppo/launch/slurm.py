@@ -72,13 +72,14 @@ class RayJob(submitit.helpers.Checkpointable):
         self._reset()
 
     def _reset(self) -> None:
+        self._head = None  # the Ray head's `ray start` (task 0)
         self._driver = None  # the running trainer (task 0)
         self._requeue_asked = False  # checkpoint() ran: submitit requeues the job and exits
         self._terminated = False  # the task got SIGTERM (a cancel, a requeue, a preemption)
 
     def __getstate__(self):  # the trainer's handle and this run's flags are not part of the resubmission
         state = dict(self.__dict__)
-        state.update(_driver=None, _requeue_asked=False, _terminated=False)
+        state.update(_head=None, _driver=None, _requeue_asked=False, _terminated=False)
         return state
 
     def __call__(self) -> dict | None:
@@ -94,46 +95,43 @@ class RayJob(submitit.helpers.Checkpointable):
             return None
         self._reset()
         chain_sigterm(self._note_sigterm)
-        try:
-            rc = run_head(
-                rdv,
-                self.command.argv,
-                num_nodes=task.num_nodes,
-                num_cpus=num_cpus,
-                num_gpus=self.ray_num_gpus,
-                port=self.ray_port or free_port(),
-                join_timeout_s=self.join_timeout_s,
-                on_driver_start=self._set_driver,
-            )
-            self._driver = None
-            outcome = settle(
-                rc,
-                job_state=slurm_job_state(task.job_id) if rc != 0 else None,
-                terminated=self._terminated,
-                requeue_asked=self._requeue_asked,
-                requeue_wait_s=self.requeue_wait_s,
-            )
-            if outcome is None:
-                return job_summary(self.command.status_dir, job_id=task.job_id, restarts=task.restart)
-            if outcome.wait_s > 0:
-                print(f"[dppo-launch] {outcome.reason} yet: waiting {outcome.wait_s:.0f}s for it", flush=True)
-                time.sleep(outcome.wait_s)  # the requeue signal's handler (checkpoint) exits from here
-                outcome = dataclasses.replace(
-                    outcome, reason=f"{outcome.reason} within {outcome.wait_s:.0f}s"
-                )
-            self._report(outcome)
-            if outcome.state == "requeued":  # by Slurm: the job restarts; this run leaves no result
-                sys.exit(1)
-            raise RuntimeError(
-                f"{outcome.reason} (its output is in {env.paths.stdout}): {shlex.join(self.command.argv)}"
-            )
-        except SystemExit:
-            if self._requeue_asked:  # submitit's requeue handler exits; the teardown has run by now
-                self._report(Outcome("requeued", "the launcher stopped the trainer and requeued the job"))
-            raise
+        rc = run_head(
+            rdv,
+            self.command.argv,
+            num_nodes=task.num_nodes,
+            num_cpus=num_cpus,
+            num_gpus=self.ray_num_gpus,
+            port=self.ray_port or free_port(),
+            join_timeout_s=self.join_timeout_s,
+            on_head_start=self._set_head,
+            on_driver_start=self._set_driver,
+        )
+        self._driver = None
+        outcome = settle(
+            rc,
+            job_state=slurm_job_state(task.job_id) if rc != 0 else None,
+            terminated=self._terminated,
+            requeue_asked=self._requeue_asked,
+            requeue_wait_s=self.requeue_wait_s,
+        )
+        if outcome is None:
+            return job_summary(self.command.status_dir, job_id=task.job_id, restarts=task.restart)
+        if outcome.wait_s > 0:
+            print(f"[dppo-launch] {outcome.reason} yet: waiting {outcome.wait_s:.0f}s for it", flush=True)
+            time.sleep(outcome.wait_s)  # the requeue signal's handler (checkpoint) exits from here
+            outcome = dataclasses.replace(outcome, reason=f"{outcome.reason} within {outcome.wait_s:.0f}s")
+        self._report(outcome)
+        if outcome.state == "requeued":  # by Slurm: the job restarts; this run leaves no result
+            sys.exit(1)
+        raise RuntimeError(
+            f"{outcome.reason} (its output is in {env.paths.stdout}): {shlex.join(self.command.argv)}"
+        )
 
     def _report(self, outcome: Outcome) -> None:
         report(outcome, self.command.status_dir, self.command.ckpt_path)
+
+    def _set_head(self, proc) -> None:
+        self._head = proc
 
     def _set_driver(self, proc) -> None:
         self._driver = proc
@@ -142,16 +140,22 @@ class RayJob(submitit.helpers.Checkpointable):
         self._terminated = True
 
     def checkpoint(self, *args, **kwargs):
-        """Called by submitit (task 0) on the preemption / time-limit signal, before it requeues the job."""
+        """Called by submitit (task 0) on the preemption / time-limit signal, before it requeues the job.
+
+        Stops the trainer, then Ray (its actors could still write status.json), and marks the run
+        requeued before `scontrol requeue`: from then on Slurm may kill this process at any moment."""
         self._requeue_asked = True
-        driver, self._driver = self._driver, None
+        driver, head, self._driver, self._head = self._driver, self._head, None, None
+        # this runs in a signal handler that interrupted driver.wait(): poll, never wait on a child
         if driver is not None:
-            # this runs in a signal handler that interrupted driver.wait(): poll, never wait on it
             print(
                 f"[dppo-launch] signal received: stopping the trainer (grace {self.stop_grace_s:.0f}s)",
                 flush=True,
             )
             terminate_group(driver.pid, self.stop_grace_s)
+        if head is not None:
+            terminate_group(head.pid, 20.0)
+        self._report(Outcome("requeued", "the launcher stopped the trainer and requeued the job"))
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 

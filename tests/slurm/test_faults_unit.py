@@ -162,11 +162,13 @@ def test_a_job_slurm_requeues_shows_requeued_at_the_newest_checkpoint_and_leaves
     assert status["reason"].startswith("Slurm requeued the job (REQUEUED)")
 
 
-def _submitit_usr2_handler(job):
-    """What submitit does on USR2 in task 0: call checkpoint(), requeue, exit."""
+def _submitit_usr2_handler(job, at_requeue=None):
+    """What submitit does on USR2 in task 0: call checkpoint(), `scontrol requeue`, exit."""
 
     def handler(signum, frame):
         job.checkpoint()
+        if at_requeue is not None:  # the moment Slurm takes the job back (it may kill us from here on)
+            at_requeue.append(_status(job))
         raise SystemExit(-1)
 
     return handler
@@ -201,15 +203,18 @@ def test_a_sigterm_with_no_requeue_after_it_ends_as_failed_after_the_wait(
     assert _status(job)["state"] == "failed" and _status(job)["step"] == 3
 
 
-def test_the_time_limit_signal_stops_the_trainer_and_marks_the_run_requeued(
+def test_the_time_limit_signal_stops_the_trainer_and_ray_and_marks_the_run_requeued_before_requeueing(
     tmp_path, monkeypatch, scontrol, slurm_env
 ):
     job = _job(tmp_path, stop_grace_s=5)
     _trainer_ran(job, last_step=5, ckpt_step=4)
-    signal.signal(signal.SIGUSR2, _submitit_usr2_handler(job))
+    at_requeue = []
+    signal.signal(signal.SIGUSR2, _submitit_usr2_handler(job, at_requeue))
+    ray_head = subprocess.Popen(["sleep", "60"], start_new_session=True)
     trainer = subprocess.Popen(["sleep", "60"], start_new_session=True)
 
-    def run_head(rdv, cmd, on_driver_start, **kwargs):
+    def run_head(rdv, cmd, on_head_start, on_driver_start, **kwargs):
+        on_head_start(ray_head)
         on_driver_start(trainer)
         os.kill(os.getpid(), signal.SIGUSR2)
         return trainer.wait()
@@ -218,7 +223,8 @@ def test_the_time_limit_signal_stops_the_trainer_and_marks_the_run_requeued(
     with pytest.raises(SystemExit):
         job()
     assert trainer.wait(timeout=10) == -signal.SIGTERM  # checkpoint() stopped it
-    status = _status(job)
+    assert ray_head.wait(timeout=10) == -signal.SIGTERM  # and Ray: no actor of it writes after us
+    (status,) = at_requeue
     assert status["state"] == "requeued" and status["step"] == 4
     assert status["reason"] == "the launcher stopped the trainer and requeued the job"
     assert job.__getstate__()["_requeue_asked"] is False  # the resubmission starts clean
