@@ -5,29 +5,31 @@
 2. Every other task reads that address and starts `ray start --address=... --block`.
 3. Task 0 waits until the expected number of nodes is alive (timeout -> `RayClusterError` naming the
    nodes that did join), runs the driver command with `RAY_ADDRESS` set, then writes a `done` marker.
-4. Workers leave when the marker appears (or their raylet dies); everyone stops its own Ray processes.
+4. Workers leave when the marker appears (or, if their raylet died, after a grace period); everyone
+   stops its own Ray processes. The caller (launch/node.py) decides what the driver's exit means.
 
 Each `ray start --block` runs in its own session and is stopped by signalling that process group, never
 by `ray stop` (which kills every Ray process of the machine, including other jobs sharing the node).
-Rendezvous files are keyed by job id and restart count, so a requeued job never reads a stale address.
+Rendezvous files and Ray temp dirs are keyed by job id and restart count, so a requeued job never
+reads a stale address, and a restart can find the temp dirs a hard kill left behind.
 The per-node agent ports are picked free at start, so several nodes may share one machine (the local
 test cluster runs two Slurm nodes on one host).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from openrlhf_dppo.launch.procs import ignore_job_signals, signals_held, stop_process_group
 
 
 class RayClusterError(RuntimeError):
@@ -85,53 +87,6 @@ def ray_start_command(
     for flag in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port"):
         cmd.append(f"--{flag}={ports.get(flag) or free_port()}")
     return cmd
-
-
-def stop_process_group(proc: subprocess.Popen | None, grace_s: float = 20.0) -> None:
-    """SIGTERM the process group of `proc` (started with start_new_session), SIGKILL after `grace_s`."""
-    if proc is None:
-        return
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-        # the leader is gone; make sure nothing it left in its group survives
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        break
-
-
-def pid_running(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie (an exited child nobody has reaped yet)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def terminate_group(pid: int, grace_s: float) -> None:
-    """SIGTERM the process group led by `pid`, SIGKILL it if the leader still runs after `grace_s`.
-    Never waits on the child: safe inside a signal handler that interrupted a `Popen.wait()`."""
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while pid_running(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 @dataclass(frozen=True)
@@ -267,7 +222,7 @@ def wait_for_nodes(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=_ignore_job_signals,
+        preexec_fn=ignore_job_signals,
     )
     hard_deadline = time.monotonic() + timeout_s + 30.0  # ray.init to an unreachable head can hang
     try:
@@ -286,12 +241,6 @@ def wait_for_nodes(
         last = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or [f"exit code {child.returncode}"]
         raise RayClusterError(last[0])
     return json.loads(out.strip().splitlines()[-1])
-
-
-def _ignore_job_signals() -> None:
-    """In the children (Ray, the trainer): ignore the USR2 Slurm sends to every process of the job before
-    a time limit; the launcher alone decides how to stop them. SIG_IGN survives exec."""
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
 def run_head(
@@ -316,7 +265,7 @@ def run_head(
             head=True, address=address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=rdv.ray_temp_dir
         ),
         start_new_session=True,
-        preexec_fn=_ignore_job_signals,
+        preexec_fn=ignore_job_signals,
     )
     driver = None
     try:
@@ -329,13 +278,13 @@ def run_head(
         driver_env["RAY_ADDRESS"] = address
         print(f"[dppo-launch] running: {' '.join(driver_cmd)}", flush=True)
         driver = subprocess.Popen(
-            driver_cmd, env=driver_env, start_new_session=True, preexec_fn=_ignore_job_signals
+            driver_cmd, env=driver_env, start_new_session=True, preexec_fn=ignore_job_signals
         )
         if on_driver_start is not None:
             on_driver_start(driver)
         return driver.wait()
     finally:
-        with _signals_held():
+        with signals_held():
             rdv.mark_done()
             stop_process_group(driver)
             stop_process_group(head)
@@ -356,7 +305,7 @@ def run_worker(
             head=False, address=address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=rdv.ray_temp_dir
         ),
         start_new_session=True,
-        preexec_fn=_ignore_job_signals,
+        preexec_fn=ignore_job_signals,
     )
     try:
         lost_since = None
@@ -374,21 +323,9 @@ def run_worker(
                 )
             time.sleep(1.0)
     finally:
-        with _signals_held():
+        with signals_held():
             stop_process_group(worker)
             shutil.rmtree(rdv.ray_temp_dir, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """Hold the job's signals (USR2: submitit's requeue handler exits the process; TERM) while Ray is
-    torn down, so that a handler cannot leave Ray processes behind; they are delivered after."""
-    held = {signal.SIGUSR2, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 if __name__ == "__main__":  # the node-count child of wait_for_nodes

@@ -37,7 +37,8 @@ from openrlhf_dppo.launch.command import (
     load_experiment,
 )
 from openrlhf_dppo.launch.node import SlurmTask, chain_sigterm, prepare, report
-from openrlhf_dppo.launch.ray_cluster import free_port, run_head, run_worker, terminate_group
+from openrlhf_dppo.launch.procs import terminate_group
+from openrlhf_dppo.launch.ray_cluster import free_port, run_head, run_worker
 from openrlhf_dppo.launch.resources import SlurmResources, parse_time_minutes, sbatch_script
 from openrlhf_dppo.launch.status import Outcome, settle, slurm_job_state
 

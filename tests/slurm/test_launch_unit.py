@@ -11,14 +11,8 @@ import pytest
 from openrlhf_dppo.launch import command as C
 from openrlhf_dppo.launch import resources as R
 from openrlhf_dppo.launch import slurm as L
-from openrlhf_dppo.launch.ray_cluster import (
-    RayClusterError,
-    Rendezvous,
-    pid_running,
-    ray_start_command,
-    stop_process_group,
-    terminate_group,
-)
+from openrlhf_dppo.launch.procs import pid_running, stop_process_group, terminate_group
+from openrlhf_dppo.launch.ray_cluster import RayClusterError, Rendezvous, ray_start_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
