@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: state.update(terminated=True))
     outcome = settle(
         rc,
-        job_state=slurm_job_state(task.job_id) if rc != 0 else None,
+        job_state=slurm_job_state(task.job_id, task.restart) if rc != 0 else None,
         terminated=bool(state.get("terminated")),
         requeue_asked=rdv.requeue_requested(),
         requeue_wait_s=0.0,  # the batch script requeues by itself (mark-requeue first)

@@ -110,7 +110,7 @@ class RayJob(submitit.helpers.Checkpointable):
         self._driver = None
         outcome = settle(
             rc,
-            job_state=slurm_job_state(task.job_id) if rc != 0 else None,
+            job_state=slurm_job_state(task.job_id, task.restart) if rc != 0 else None,
             terminated=self._terminated,
             requeue_asked=self._requeue_asked,
             requeue_wait_s=self.requeue_wait_s,

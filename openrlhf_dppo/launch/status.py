@@ -9,10 +9,11 @@ without a word. The launcher sees the exit code, and Slurm knows why the job is 
 | 0            |                               |                                  | the trainer's own ("finished") | the job's result           |
 | not 0        | CANCELLED                     |                                  | cancelled                      | the task fails at once     |
 | not 0        | REQUEUED, REQUEUE_*, PENDING  | Slurm (hard requeue, preemption) | requeued                       | exit, Slurm restarts it    |
-| not 0        | any other                     | the launcher (its signal)        | requeued                       | exit, Slurm restarts it    |
-| not 0        | any other, SIGTERM to the job | nobody yet                       | unchanged while waiting        | wait for the signal, then  |
+| not 0        | any                           | the launcher (its signal)        | requeued                       | exit, Slurm restarts it    |
+| not 0        | TIMEOUT, PREEMPTED, ...       | nobody                           | failed (with the state)        | the task fails at once     |
+| not 0        | RUNNING, SIGTERM to the job   | nobody yet                       | unchanged while waiting        | wait for the signal, then  |
 |              |                               |                                  |                                | failed if none came        |
-| not 0        | any other                     | nobody                           | failed ("killed by signal 9")  | the task fails at once     |
+| not 0        | RUNNING                       | nobody                           | failed ("killed by signal 9")  | the task fails at once     |
 
 A requeued run shows the step of its newest checkpoint (where the restart resumes), never a stale
 "running" or a step behind it. The run directory module will own the file format; until then
@@ -58,36 +59,54 @@ def describe_exit(rc: int) -> str:
 def settle(
     rc: int, *, job_state: str | None, terminated: bool, requeue_asked: bool, requeue_wait_s: float
 ) -> Outcome | None:
-    """The row of the module's table for a trainer exit; None when the trainer finished (rc 0)."""
+    """The row of the module's table for a trainer exit; None when the trainer finished (rc 0).
+
+    job_state: `slurm_job_state` (None when Slurm could not be asked)."""
     if rc == 0:
         return None
     what = f"the trainer {describe_exit(rc)}"
     if job_state == "CANCELLED":
         return Outcome("cancelled", f"the job was cancelled; {what}")
     if job_state in SLURM_REQUEUE_STATES:
-        return Outcome("requeued", f"Slurm requeued the job ({job_state}); {what}")
+        return Outcome("requeued", f"Slurm requeued the job; {what}")
     if requeue_asked:
         return Outcome("requeued", f"the launcher requeued the job (time limit or preemption); {what}")
-    if terminated and requeue_wait_s > 0:
+    if job_state not in (None, "RUNNING"):  # ending for another reason (TIMEOUT, PREEMPTED, NODE_FAIL)
+        return Outcome("failed", f"{what}; the job is ending ({job_state})")
+    if terminated and requeue_wait_s > 0:  # a SIGTERM while Slurm keeps the job: a requeue may follow
         return Outcome(
             "failed", f"{what} after a SIGTERM to the job, and no requeue followed", requeue_wait_s
         )
     return Outcome("failed", what)
 
 
-def slurm_job_state(job_id: str, timeout_s: float = 20.0) -> str | None:
-    """The job's state as slurmctld sees it now (`scontrol show job`), None when it cannot be asked.
+def slurm_job_state(job_id: str, restart: int, timeout_s: float = 20.0) -> str | None:
+    """Why the job is ending, as far as Slurm knows now; None when it cannot be asked.
 
-    A cancel or requeue changes it at once (to CANCELLED / REQUEUED), before the job's processes get
-    their SIGTERM, so the launcher can tell why its trainer died."""
+    While a cancelled or requeued job's processes are being stopped, `scontrol` says COMPLETING for
+    both; it already counts the requeue (Restarts above this run's `restart`), and accounting already
+    has the cancel (`sacct`: "CANCELLED by <uid>"). Returns "REQUEUED", "CANCELLED", another sacct state
+    (TIMEOUT, PREEMPTED, NODE_FAIL, ...) or scontrol's state (RUNNING while nothing is ending)."""
+    line = _run(["scontrol", "show", "job", "-o", str(job_id)], timeout_s)
+    state = re.search(r"\bJobState=(\S+)", line or "")
+    if state is None:
+        return None
+    restarts = re.search(r"\bRestarts=(\d+)", line)
+    if restarts and int(restarts.group(1)) > restart:
+        return "REQUEUED"
+    if state.group(1) != "COMPLETING":
+        return state.group(1)
+    acct = _run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State"], timeout_s)
+    words = (acct or "").split()
+    return words[0] if words else state.group(1)
+
+
+def _run(cmd: list[str], timeout_s: float) -> str | None:
     try:
-        res = subprocess.run(
-            ["scontrol", "show", "job", "-o", str(job_id)], capture_output=True, text=True, timeout=timeout_s
-        )
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    m = re.search(r"\bJobState=(\S+)", res.stdout)
-    return m.group(1) if res.returncode == 0 and m else None
+    return res.stdout if res.returncode == 0 else None
 
 
 def newest_checkpoint_step(ckpt_path: str | os.PathLike) -> int:

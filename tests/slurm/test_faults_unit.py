@@ -35,18 +35,28 @@ def restore_signal_handlers():
 
 @pytest.fixture
 def scontrol(tmp_path, monkeypatch):
-    """A stand-in `scontrol show job -o ID` printing `JobState=<state>`; set the state with .set()."""
+    """Stand-ins for `scontrol show job -o ID` and `sacct ... -o State` printing what a test chooses:
+    .set(state, restarts=0, acct="") as Slurm shows a job (see the states seen on a real cluster in
+    `test_slurm_job_state_tells_a_cancel_from_a_requeue_while_both_are_completing`)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    state_file = tmp_path / "job_state"
-    state_file.write_text("RUNNING")
-    script = bin_dir / "scontrol"
-    script.write_text(
-        f'#!/bin/sh\necho "JobId=$4 JobName=t JobState=$(cat {state_file}) Reason=None Restarts=0"\n'
+    files = {name: tmp_path / f"slurm_{name}" for name in ("state", "restarts", "acct")}
+    (bin_dir / "scontrol").write_text(
+        f'#!/bin/sh\necho "JobId=$4 JobName=t JobState=$(cat {files["state"]}) Reason=None '
+        f'Restarts=$(cat {files["restarts"]}) BatchFlag=1"\n'
     )
-    script.chmod(0o755)
+    (bin_dir / "sacct").write_text(f"#!/bin/sh\ncat {files['acct']}\n")
+    for script in bin_dir.iterdir():
+        script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    return SimpleNamespace(set=state_file.write_text)
+
+    def set_state(state, restarts=0, acct=""):
+        files["state"].write_text(state)
+        files["restarts"].write_text(str(restarts))
+        files["acct"].write_text(acct)
+
+    set_state("RUNNING")
+    return SimpleNamespace(set=set_state)
 
 
 @pytest.fixture
@@ -135,7 +145,7 @@ def _sigterm_to_self(kwargs):
 def test_a_cancelled_job_is_recorded_as_cancelled_and_does_not_wait_for_a_requeue(
     tmp_path, monkeypatch, scontrol, slurm_env, capsys
 ):
-    scontrol.set("CANCELLED")
+    scontrol.set("COMPLETING", acct="CANCELLED by 0\n")  # what Slurm shows during a cancel
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # what submitit installs (it logs and ignores it)
     job = _job(tmp_path, requeue_wait_s=30)
     _trainer_ran(job, last_step=5, ckpt_step=4)
@@ -151,7 +161,7 @@ def test_a_cancelled_job_is_recorded_as_cancelled_and_does_not_wait_for_a_requeu
 def test_a_job_slurm_requeues_shows_requeued_at_the_newest_checkpoint_and_leaves_no_result(
     tmp_path, monkeypatch, scontrol, slurm_env
 ):
-    scontrol.set("REQUEUED")  # `scontrol requeue` by hand, or PreemptMode=REQUEUE
+    scontrol.set("COMPLETING", restarts=1, acct="REQUEUED\n")  # `scontrol requeue` by hand
     job = _job(tmp_path)
     _trainer_ran(job, last_step=7, ckpt_step=6)
     _fake_head(monkeypatch, -signal.SIGTERM, _sigterm_to_self)
@@ -159,7 +169,7 @@ def test_a_job_slurm_requeues_shows_requeued_at_the_newest_checkpoint_and_leaves
         job()
     status = _status(job)
     assert status["state"] == "requeued" and status["step"] == 6 and status["max_steps"] == 9
-    assert status["reason"].startswith("Slurm requeued the job (REQUEUED)")
+    assert status["reason"].startswith("Slurm requeued the job; the trainer was killed by signal 15")
 
 
 def _submitit_usr2_handler(job, at_requeue=None):
@@ -301,7 +311,7 @@ def test_sbatch_node_marks_a_stopped_step_without_a_requeue_as_failed_and_a_canc
     assert _node_run(tmp_path, monkeypatch, 0, _sigterm_to_self) == 128 + signal.SIGTERM
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert status["state"] == "failed" and "killed by signal 15 (SIGTERM)" in status["reason"]
-    scontrol.set("CANCELLED")
+    scontrol.set("COMPLETING", acct="CANCELLED by 0\n")
     assert _node_run(tmp_path, monkeypatch, -signal.SIGKILL) == 128 + signal.SIGKILL
     assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "cancelled"
 
@@ -316,6 +326,8 @@ def test_sbatch_node_marks_a_stopped_step_without_a_requeue_as_failed_and_a_canc
         (-15, "CANCELLED", True, False, "cancelled", 0),
         (-15, "REQUEUED", True, False, "requeued", 0),
         (-9, "PENDING", False, False, "requeued", 0),
+        (-15, "TIMEOUT", True, False, "failed", 0),  # the job is ending and nobody requeues it
+        (-15, None, True, False, "failed", 30),  # Slurm unreachable: the requeue signal may still come
         (-15, "RUNNING", False, True, "requeued", 0),  # the launcher's own requeue
         (-15, "RUNNING", True, False, "failed", 30),  # SIGTERM first: its requeue signal may follow
     ],
@@ -336,11 +348,24 @@ def test_exit_codes_and_signals_in_words():
     assert S.describe_exit(-9) == "was killed by signal 9 (SIGKILL, e.g. by the out-of-memory killer)"
 
 
-def test_slurm_job_state_reads_scontrol_and_is_none_without_it(scontrol, monkeypatch, tmp_path):
-    scontrol.set("REQUEUE_HOLD")
-    assert S.slurm_job_state("5") == "REQUEUE_HOLD"
+def test_slurm_job_state_tells_a_cancel_from_a_requeue_while_both_are_completing(
+    scontrol, monkeypatch, tmp_path
+):
+    # seen on the local cluster at the SIGTERM: scancel -> scontrol COMPLETING, Restarts=0, sacct
+    # "CANCELLED by 0"; scontrol requeue -> COMPLETING, Restarts=1, sacct REQUEUED; scancel --signal=TERM
+    # -> RUNNING
+    scontrol.set("COMPLETING", acct="CANCELLED by 0\n")
+    assert S.slurm_job_state("5", restart=0) == "CANCELLED"
+    scontrol.set("COMPLETING", restarts=1, acct="REQUEUED\n")
+    assert S.slurm_job_state("5", restart=0) == "REQUEUED"
+    scontrol.set("COMPLETING", restarts=3, acct="")  # without accounting, the restart count tells
+    assert S.slurm_job_state("5", restart=2) == "REQUEUED"
+    scontrol.set("COMPLETING", restarts=1, acct="TIMEOUT\n")
+    assert S.slurm_job_state("5", restart=1) == "TIMEOUT"
+    scontrol.set("RUNNING", restarts=1)
+    assert S.slurm_job_state("5", restart=1) == "RUNNING"
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
-    assert S.slurm_job_state("5") is None
+    assert S.slurm_job_state("5", restart=0) is None
 
 
 def test_newest_checkpoint_step_follows_deepspeeds_latest_tag(tmp_path):
