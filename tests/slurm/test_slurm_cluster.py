@@ -87,11 +87,13 @@ def assert_requeued_then_resumed(seen: list[tuple[str, int]], k: int, last: int)
     assert after[-1] == ("finished", last), seen
 
 
-def _trainer_pids(run_dir) -> list[int]:
-    res = subprocess.run(
-        ["pgrep", "-f", "--", f"--ckpt.output_dir {run_dir}"], capture_output=True, text=True
-    )
+def _pgrep(pattern: str) -> list[int]:
+    res = subprocess.run(["pgrep", "-f", "--", pattern], capture_output=True, text=True)
     return [int(pid) for pid in res.stdout.split()]
+
+
+def _trainer_pids(run_dir) -> list[int]:
+    return _pgrep(f"--ckpt.output_dir {run_dir}")
 
 
 def _wait_until_no_ray_processes(job_id: str, timeout_s: float = 60) -> None:
@@ -234,14 +236,19 @@ def test_a_hard_killed_job_leaves_a_ray_temp_dir_that_its_restart_removes(slurm_
     _wait_for_steps(cmd.run_dir, 2, job)
     stale = Path(f"/tmp/ray_dppo_ray_{job.job_id}_r0")
     assert stale.is_dir()
-    subprocess.run(["scancel", "--signal=KILL", job.job_id], check=True)  # no teardown runs
-    assert _sacct_state(job.job_id) in ("FAILED", "CANCELLED")
+    # a hard kill (the node's OOM killer, a crash): SIGKILL to the launcher, Ray and the trainer at once,
+    # no teardown runs. (`scancel --signal=KILL` is a cancel: SIGTERM first, the teardown runs.)
+    launcher = _pgrep(f"submitit.core._submit {cmd.run_dir}/slurm")
+    assert len(launcher) == 1, launcher
+    for pid in launcher + _pgrep(f"ray_dppo_ray_{job.job_id}_r0") + _trainer_pids(cmd.run_dir):
+        os.kill(pid, signal.SIGKILL)
+    assert _sacct_state(job.job_id) == "FAILED"
+    _wait_until_no_ray_processes(job.job_id)
     assert stale.is_dir(), "the hard kill should have left the job's Ray temp dir behind"
-    _wait_until_no_ray_processes(job.job_id)  # Ray's daemons outlive their killed parent a little
     subprocess.run(["scontrol", "requeue", job.job_id], check=True)  # run it again
     assert _sacct_state(job.job_id, timeout_s=240) == "COMPLETED"
     assert not stale.exists()
-    log = job.task(0).stdout()  # both runs (the log is opened in append mode)
+    log = job.task(0).stdout()  # the restart's
     assert f"removed {stale}, left by an earlier run of job {job.job_id}" in log
     assert _standin_state(cmd, max_steps)["step"] == max_steps
     assert _ray_processes(job.job_id) == []
