@@ -238,7 +238,7 @@ def test_a_hard_killed_job_leaves_a_ray_temp_dir_that_its_restart_removes(slurm_
     assert stale.is_dir()
     # a hard kill (the node's OOM killer, a crash): SIGKILL to the launcher, Ray and the trainer at once,
     # no teardown runs. (`scancel --signal=KILL` is a cancel: SIGTERM first, the teardown runs.)
-    launcher = _pgrep(f"submitit.core._submit {cmd.run_dir}/slurm")
+    launcher = _pgrep(rf"^\S*python\S* -u -m submitit\.core\._submit {cmd.run_dir}/slurm")  # not srun
     assert len(launcher) == 1, launcher
     for pid in launcher + _pgrep(f"ray_dppo_ray_{job.job_id}_r0") + _trainer_pids(cmd.run_dir):
         os.kill(pid, signal.SIGKILL)
