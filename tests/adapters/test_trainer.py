@@ -122,26 +122,27 @@ def test_a_resumed_run_reports_the_restored_step_from_its_first_status_never_ste
     args = make_args(base_argv() + ["--ckpt.path", str(tmp_path / "ckpt"), "--ckpt.load_enable"])
     os.makedirs(tmp_path / "ckpt" / "_actor")
     states = {"episode": 0, "global_step": 6, "total_consumed_prompts": 24, "data_loader_state_dict": {}}
-    t = bare_trainer(args, DPPOConfig(), RunDir(str(tmp_path / "run"), max_steps=9), CheckpointGroup(states))
-    seen = []
+    run = RunDir(str(tmp_path / "run"), max_steps=9)
+    t = bare_trainer(args, DPPOConfig(), run, CheckpointGroup(states))
+    written = []  # every status.json the trainer writes, in order
+    status = run.status
+    monkeypatch.setattr(
+        run,
+        "status",
+        lambda state, step, *a, **k: (written.append((state, step)), status(state, step, *a, **k))[1],
+    )
 
     def host_fit(self, global_step=0):  # OpenRLHF's fit: load the checkpoint states first, then train
-        seen.append(
-            json.load(open(tmp_path / "run" / "status.json"))
-            if (tmp_path / "run" / "status.json").exists()
-            else None
-        )
         self.init_checkpoint_states()
-        seen.append(json.load(open(tmp_path / "run" / "status.json")))
         raise RuntimeError("killed")
 
     monkeypatch.setattr(Trainer.__mro__[1], "fit", host_fit)  # the host class _DPPOTrainer extends
     with pytest.raises(RuntimeError):
         t.fit(0)  # the driver calls fit(0) on a restart too
-    assert seen[0] is None  # nothing written before the checkpoint is loaded
-    assert (seen[1]["state"], seen[1]["step"]) == ("running", 6)
-    status = json.load(open(tmp_path / "run" / "status.json"))
-    assert (status["state"], status["step"]) == ("failed", 6)  # not 0: the run failed after step 6
+    # running at the restored step from the first write on, then failed at it (not at 0)
+    assert written == [("running", 6), ("failed", 6)]
+    saved = json.load(open(tmp_path / "run" / "status.json"))
+    assert (saved["state"], saved["step"], saved["max_steps"]) == ("failed", 6, 9)
 
 
 def test_accounting_check_raises_on_a_mismatch():
