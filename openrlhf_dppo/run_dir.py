@@ -163,7 +163,8 @@ def read_status(run_dir: str | os.PathLike) -> dict | None:
 # ---- writing ------------------------------------------------------------------------------------
 def _write_json(path: Path, obj) -> None:
     """Write ``obj`` to ``path`` atomically (a reader sees the old or the new file, never half)."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the trainer and the launcher both write
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(obj, fh, indent=1)
     os.replace(tmp, path)
@@ -307,11 +308,9 @@ class RunDir:
         steps after the checkpoint, which this process will redo, and lines that are not JSON) go to
         ``metrics.jsonl.replaced-<n>``; at step 0 (no checkpoint: the run starts afresh) none is kept.
         Lines this process already wrote are never cut. ``time/train_s`` continues from the kept
-        lines, so the file again has one line per step and a time that never goes back. A resume
-        from a checkpoint (step > 0) also marks the run running at that step in status.json.
+        lines, so the file again has one line per step and a time that never goes back. (status.json
+        is the trainer's: it writes "running" at the restored step right after the restore.)
         """
-        if step > 0:
-            self.status("running", step)
         path = self.path / METRICS
         if not path.is_file():
             return 0

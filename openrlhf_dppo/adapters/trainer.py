@@ -225,7 +225,10 @@ class _DPPOTrainer(_PPOTrainerBase):
             self.run_dir.resume(states["global_step"])  # one metrics line per step after a resume
             if self.dppo.enable and DPPO_STATE in states:
                 self.load_dppo_state(states[DPPO_STATE])
+            # the first status of a (re)start: the step it resumes from (0 for a fresh run), never 0 after
+            # a resume (the launcher reads it while a requeued job restarts)
             self._last_step = int(states.get("global_step", 0))
+            self.run_dir.status("running", self._last_step)
             self._checkpoint_states = states
         return self._checkpoint_states
 
@@ -250,7 +253,6 @@ class _DPPOTrainer(_PPOTrainerBase):
         return kwargs
 
     def fit(self, global_step: int = 0) -> None:
-        self.run_dir.status("running", global_step)
         generator = self.samples_generator
         try:
             fresh = self.init_checkpoint_states()["global_step"] == 0

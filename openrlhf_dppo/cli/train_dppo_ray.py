@@ -147,9 +147,9 @@ def main(
 
     prepare_host()  # OpenRLHF 0.11.2 or a clear error; the flash-attn stand-in where flash-attn is missing
     argv = list(sys.argv[1:] if argv is None else argv)
-    # `--config X.yaml` expands in place into the flags the YAML holds (openrlhf_dppo.config), so scripts,
+    # `--config X.yaml` expands in place into the flags the YAML holds (openrlhf_dppo.recipe), so scripts,
     # Slurm and configs launch through the same parser.
-    from openrlhf_dppo.config import ConfigError, expand_argv
+    from openrlhf_dppo.recipe import ConfigError, expand_argv
 
     try:
         argv = expand_argv(argv)

@@ -5,11 +5,13 @@
 2. Every other task reads that address and starts `ray start --address=... --block`.
 3. Task 0 waits until the expected number of nodes is alive (timeout -> `RayClusterError` naming the
    nodes that did join), runs the driver command with `RAY_ADDRESS` set, then writes a `done` marker.
-4. Workers leave when the marker appears (or their raylet dies); everyone stops its own Ray processes.
+4. Workers leave when the marker appears (or, if their raylet died, after a grace period); everyone
+   stops its own Ray processes. The caller (launch/node.py) decides what the driver's exit means.
 
 Each `ray start --block` runs in its own session and is stopped by signalling that process group, never
 by `ray stop` (which kills every Ray process of the machine, including other jobs sharing the node).
-Rendezvous files are keyed by job id and restart count, so a requeued job never reads a stale address.
+Rendezvous files and Ray temp dirs are keyed by job id and restart count, so a requeued job never
+reads a stale address, and a restart can find the temp dirs a hard kill left behind.
 The per-node agent ports are picked free at start, so several nodes may share one machine (the local
 test cluster runs two Slurm nodes on one host).
 """
@@ -18,14 +20,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from openrlhf_dppo.launch.procs import ignore_job_signals, signals_held, stop_process_group
 
 
 class RayClusterError(RuntimeError):
@@ -85,67 +89,47 @@ def ray_start_command(
     return cmd
 
 
-def stop_process_group(proc: subprocess.Popen | None, grace_s: float = 20.0) -> None:
-    """SIGTERM the process group of `proc` (started with start_new_session), SIGKILL after `grace_s`."""
-    if proc is None:
-        return
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-        # the leader is gone; make sure nothing it left in its group survives
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        break
-
-
-def pid_running(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie (an exited child nobody has reaped yet)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def terminate_group(pid: int, grace_s: float) -> None:
-    """SIGTERM the process group led by `pid`, SIGKILL it if the leader still runs after `grace_s`.
-    Never waits on the child: safe inside a signal handler that interrupted a `Popen.wait()`."""
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while pid_running(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 @dataclass(frozen=True)
 class Rendezvous:
-    """Files in a shared folder through which the tasks of one job (one restart of it) meet."""
+    """Files in a shared folder through which the tasks of one job (one restart of it) meet, and the
+    Ray temp dir each node of that restart uses on its local disk."""
 
-    folder: Path
+    root: Path  # shared by all nodes (the job folder)
+    job_id: str
+    restart: int
+    temp_root: Path = Path("/tmp")  # local; short: Ray puts Unix sockets under it
 
     @classmethod
-    def for_job(cls, root: str | os.PathLike, job_id: str, restart: int) -> Rendezvous:
-        return cls(Path(root) / f"ray_{job_id}_r{restart}")
+    def for_job(
+        cls, root: str | os.PathLike, job_id: str, restart: int, temp_root: str | os.PathLike = "/tmp"
+    ) -> Rendezvous:
+        return cls(Path(root), str(job_id), int(restart), Path(temp_root))
+
+    @property
+    def folder(self) -> Path:
+        return self.root / f"ray_{self.job_id}_r{self.restart}"
 
     @property
     def ray_temp_dir(self) -> str:
-        """Ray's per-job temp dir on each node (local disk; short: Ray puts Unix sockets under it)."""
-        return f"/tmp/ray_dppo_{self.folder.name}"
+        """Ray's temp dir on each node, private to this restart of the job."""
+        return str(self.temp_root / f"ray_dppo_{self.folder.name}")
+
+    def stale_temp_dirs(self) -> list[Path]:
+        """Ray temp dirs that earlier restarts of this job left on this node (a hard kill skips the
+        teardown). A restart starts only after the previous one ended on every node, so none is in use."""
+        pattern = re.compile(rf"ray_dppo_ray_{re.escape(self.job_id)}_r(\d+)")
+        stale = []
+        for path in self.temp_root.glob(f"ray_dppo_ray_{self.job_id}_r*"):
+            m = pattern.fullmatch(path.name)
+            if m and int(m.group(1)) < self.restart and path.is_dir():
+                stale.append(path)
+        return sorted(stale)
+
+    def remove_stale_temp_dirs(self) -> list[Path]:
+        stale = self.stale_temp_dirs()
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
+        return stale
 
     @property
     def head_file(self) -> Path:
@@ -154,6 +138,18 @@ class Rendezvous:
     @property
     def done_file(self) -> Path:
         return self.folder / "done"
+
+    @property
+    def requeue_file(self) -> Path:
+        """Written by whoever requeues the job (slurm/dppo_ray.sbatch on its signal) before stopping it."""
+        return self.folder / "requeue"
+
+    def request_requeue(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.requeue_file.touch()
+
+    def requeue_requested(self) -> bool:
+        return self.requeue_file.exists()
 
     def publish_head(self, address: str) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -226,7 +222,7 @@ def wait_for_nodes(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=_ignore_job_signals,
+        preexec_fn=ignore_job_signals,
     )
     hard_deadline = time.monotonic() + timeout_s + 30.0  # ray.init to an unreachable head can hang
     try:
@@ -247,12 +243,6 @@ def wait_for_nodes(
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _ignore_job_signals() -> None:
-    """In the children (Ray, the trainer): ignore the USR2 Slurm sends to every process of the job before
-    a time limit; the launcher alone decides how to stop them. SIG_IGN survives exec."""
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-
-
 def run_head(
     rdv: Rendezvous,
     driver_cmd: list[str],
@@ -263,20 +253,24 @@ def run_head(
     port: int,
     join_timeout_s: float,
     env: dict[str, str] | None = None,
+    on_head_start=None,
     on_driver_start=None,
-    requeue_wait_s: float = 30.0,
 ) -> int:
-    """Task 0: start the head, wait for `num_nodes` nodes, run `driver_cmd`; returns its exit code."""
+    """Task 0: start the head, wait for `num_nodes` nodes, run `driver_cmd`; returns its exit code
+    (`Popen.returncode`: negative for a signal) once the driver and Ray are stopped. It never waits for
+    anything after the driver ended: what the exit means is the caller's call (launch/status.py)."""
     address = f"{node_ip()}:{port}"
     head = subprocess.Popen(
         ray_start_command(
             head=True, address=address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=rdv.ray_temp_dir
         ),
         start_new_session=True,
-        preexec_fn=_ignore_job_signals,
+        preexec_fn=ignore_job_signals,
     )
     driver = None
     try:
+        if on_head_start is not None:
+            on_head_start(head)
         rdv.publish_head(address)
         nodes = wait_for_nodes(address, num_nodes, join_timeout_s, head=head)
         print(f"[dppo-launch] Ray cluster ready at {address}: {len(nodes)} nodes {nodes}", flush=True)
@@ -284,22 +278,17 @@ def run_head(
         driver_env["RAY_ADDRESS"] = address
         print(f"[dppo-launch] running: {' '.join(driver_cmd)}", flush=True)
         driver = subprocess.Popen(
-            driver_cmd, env=driver_env, start_new_session=True, preexec_fn=_ignore_job_signals
+            driver_cmd, env=driver_env, start_new_session=True, preexec_fn=ignore_job_signals
         )
         if on_driver_start is not None:
             on_driver_start(driver)
-        rc = driver.wait()
-        if rc < 0:
-            # Killed by a signal: at a preemption Slurm SIGTERMs every process of the job, then submitit's
-            # USR2 comes to requeue it. Wait for it here (its handler exits this process) before failing.
-            print(f"[dppo-launch] the trainer was killed by signal {-rc}; waiting for a requeue", flush=True)
-            time.sleep(requeue_wait_s)
-        return rc
+        return driver.wait()
     finally:
-        rdv.mark_done()
-        stop_process_group(driver)
-        stop_process_group(head)
-        shutil.rmtree(rdv.ray_temp_dir, ignore_errors=True)
+        with signals_held():
+            rdv.mark_done()
+            stop_process_group(driver)
+            stop_process_group(head)
+            shutil.rmtree(rdv.ray_temp_dir, ignore_errors=True)
 
 
 def run_worker(
@@ -316,20 +305,27 @@ def run_worker(
             head=False, address=address, num_cpus=num_cpus, num_gpus=num_gpus, temp_dir=rdv.ray_temp_dir
         ),
         start_new_session=True,
-        preexec_fn=_ignore_job_signals,
+        preexec_fn=ignore_job_signals,
     )
     try:
+        lost_since = None
         while not rdv.is_done():
-            if worker.poll() is not None:
-                if rdv.is_done():
-                    break
+            if lost_since is None and worker.poll() is not None:
+                lost_since = time.monotonic()
+                print(
+                    f"[dppo-launch] this node's Ray exited ({worker.returncode}); waiting for the head",
+                    flush=True,
+                )
+            if lost_since is not None and time.monotonic() - lost_since > lost_grace_s:
                 raise RayClusterError(
-                    f"the Ray worker exited with code {worker.returncode} before the job ended"
+                    f"the Ray worker exited with code {worker.returncode} before the job ended, and the head "
+                    f"did not finish within {lost_grace_s:.0f}s"
                 )
             time.sleep(1.0)
     finally:
-        stop_process_group(worker)
-        shutil.rmtree(rdv.ray_temp_dir, ignore_errors=True)
+        with signals_held():
+            stop_process_group(worker)
+            shutil.rmtree(rdv.ray_temp_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":  # the node-count child of wait_for_nodes

@@ -3,232 +3,49 @@
     python -m openrlhf_dppo.launch.slurm --config configs/<exp>.yaml --nodes 2 --gpus-per-node 8 \
         [--partition P --account A --qos Q --time 1-00:00:00] [--dry-run] [-- <extra training flags>]
 
-1. One Slurm task per node; task 0 starts the Ray head, the others join it (`ray_cluster`); task 0
-   waits for all nodes (timeout -> readable error), then runs `openrlhf_dppo.cli.train_dppo_ray` with the
-   config's flags, and everyone stops its own Ray processes.
-2. The training command always carries `--ckpt.load_enable --ckpt.path <ckpt>` and a positive
-   `--ckpt.save_steps`, so any restart of the job (requeue after preemption or time limit, node
-   failure, a manual resubmission) resumes from the newest checkpoint: weights, optimizer, dataloader
-   position and the DPPO prompt history (saved in the checkpoint's client_states by the trainer).
+1. One Slurm task per node (`launch.node`); task 0 starts the Ray head, the others join it
+   (`ray_cluster`); task 0 waits for all nodes (timeout -> readable error), then runs
+   `openrlhf_dppo.cli.train_dppo_ray` with the recipe's flags, and everyone stops its own Ray processes.
+2. The training command always resumes from the newest checkpoint (`launch.command`).
 3. On the signal submitit forwards before a preemption or the time limit (USR2, `--signal-delay`
    seconds ahead), `RayJob.checkpoint` stops the trainer with SIGTERM (a trainer that saves on SIGTERM
-   gets `--stop-grace` seconds to do so), then submitit requeues the job (`scontrol requeue`).
-
-A job without GPUs (`--gpus-per-node 0`, the tiny CPU job) requests no gres at all.
+   gets `--stop-grace` seconds to do so), submitit requeues the job (`scontrol requeue`), and the run is
+   marked requeued in status.json.
+4. When the trainer dies otherwise, the run is marked failed (with the exit code or signal), cancelled,
+   or requeued (by Slurm) at once (`launch.status`); only after a SIGTERM to a job that Slurm keeps
+   running (a preemption whose USR2 is on its way) does task 0 wait `--requeue-wait` s for the requeue.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
-import re
 import shlex
 import signal
-import subprocess
 import sys
-from dataclasses import dataclass, field
+import time
 from pathlib import Path
 
 import submitit
 
-from openrlhf_dppo.launch.ray_cluster import Rendezvous, free_port, run_head, run_worker, terminate_group
+from openrlhf_dppo.launch.command import (
+    DEFAULT_SAVE_STEPS,
+    TrainCommand,
+    build_train_command,
+    load_experiment,
+)
+from openrlhf_dppo.launch.node import SlurmTask, chain_sigterm, prepare, report
+from openrlhf_dppo.launch.procs import terminate_group
+from openrlhf_dppo.launch.ray_cluster import free_port, run_head, run_worker
+from openrlhf_dppo.launch.resources import SlurmResources, parse_time_minutes, sbatch_script
+from openrlhf_dppo.launch.status import Outcome, settle, slurm_job_state
 from openrlhf_dppo.run_dir import read_metrics  # the one reader of metrics.jsonl (job_summary, tests)
-
-DEFAULT_ENTRY = "openrlhf_dppo.cli.train_dppo_ray"
-DEFAULT_SAVE_STEPS = 10
 
 
 class SubmissionError(RuntimeError):
     """Slurm refused the job (bad partition, account, QoS, impossible resource request, ...)."""
-
-
-# ---------------------------------------------------------------------------------------------------
-# experiment config -> training argv
-
-
-def load_experiment(path: str | os.PathLike, *, nodes: int, gpus_per_node: int) -> tuple[str, list[str]]:
-    """(entry module, training flags) of an experiment config (openrlhf_dppo/config.py format).
-
-    The config's NNODES / GPUS_PER_NODE variables follow the allocation (a CPU job, 0 GPUs, keeps the
-    config's own value), like any variable set in the environment."""
-    from openrlhf_dppo.config import load_command
-
-    environ = dict(os.environ, NNODES=str(nodes))
-    if gpus_per_node > 0:
-        environ["GPUS_PER_NODE"] = str(gpus_per_node)
-    cmd = load_command(str(path), environ)  # [python, "-m", entry, *flags]
-    return cmd[2], cmd[3:]
-
-
-def get_flag(argv: list[str], name: str) -> str | None:
-    """Value of the last `--name value` / `--name=value` in argv ("" for a bare flag), None if absent."""
-    value = None
-    for i, tok in enumerate(argv):
-        if tok == name:
-            nxt = argv[i + 1] if i + 1 < len(argv) else None
-            value = nxt if nxt is not None and not nxt.startswith("--") else ""
-        elif tok.startswith(name + "="):
-            value = tok[len(name) + 1 :]
-    return value
-
-
-def set_flag(argv: list[str], name: str, value: str | None) -> list[str]:
-    """argv without any `name` occurrence, then `name value` (or the bare flag when value is None)."""
-    out: list[str] = []
-    skip = False
-    for i, tok in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if tok == name:
-            nxt = argv[i + 1] if i + 1 < len(argv) else None
-            skip = nxt is not None and not nxt.startswith("--")
-            continue
-        if tok.startswith(name + "="):
-            continue
-        out.append(tok)
-    return out + ([name] if value is None else [name, str(value)])
-
-
-@dataclass(frozen=True)
-class TrainCommand:
-    argv: list[str]  # full command line run on the head node
-    run_dir: Path
-    ckpt_path: Path
-
-
-def build_train_command(
-    config_argv: list[str],
-    *,
-    run_dir: str | os.PathLike | None = None,
-    save_steps: int = DEFAULT_SAVE_STEPS,
-    entry: str = DEFAULT_ENTRY,
-    python: str = sys.executable,
-) -> TrainCommand:
-    """The training command with the flags that make every restart resume from the newest checkpoint.
-
-    run_dir: `--ckpt.output_dir` (overrides the config's when given; defaults to it, else runs/slurm).
-    The checkpoint folder is the config's `--ckpt.path`, else `<run_dir>/ckpt`. A config that never
-    saves (`--ckpt.save_steps` absent or <= 0) gets `save_steps`: without checkpoints a requeued job
-    would start over.
-    """
-    if save_steps <= 0:
-        raise ValueError(f"save_steps must be positive so that a requeued job can resume, got {save_steps}")
-    argv = list(config_argv)
-    if run_dir is None:
-        run_dir = get_flag(argv, "--ckpt.output_dir") or "runs/slurm"
-    run_dir = Path(run_dir).absolute()
-    argv = set_flag(argv, "--ckpt.output_dir", str(run_dir))
-    ckpt = get_flag(argv, "--ckpt.path")
-    ckpt_path = Path(ckpt).absolute() if ckpt else run_dir / "ckpt"
-    argv = set_flag(argv, "--ckpt.path", str(ckpt_path))
-    argv = set_flag(argv, "--ckpt.load_enable", None)
-    configured = get_flag(argv, "--ckpt.save_steps")
-    if not configured or int(configured) <= 0:
-        argv = set_flag(argv, "--ckpt.save_steps", str(save_steps))
-    head = [python, str(Path(entry).absolute())] if entry.endswith(".py") else [python, "-m", entry]
-    return TrainCommand(argv=head + argv, run_dir=run_dir, ckpt_path=ckpt_path)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Slurm resources -> submitit / sbatch parameters
-
-
-def parse_time_minutes(value: str | int) -> int:
-    """Slurm time ("MM", "HH:MM:SS", "D-HH[:MM[:SS]]", or minutes as int) -> whole minutes (rounded up)."""
-    if isinstance(value, int):
-        return value
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", value.strip())
-    if m is None:
-        raise ValueError(f"cannot read Slurm time {value!r} (use MM, HH:MM:SS or D-HH:MM:SS)")
-    days, a, b, c = (int(x) if x else None for x in m.groups())
-    if days is None and b is None:  # "MM"
-        return a
-    if days is not None:  # D-HH[:MM[:SS]]
-        hours, minutes, seconds = a, b or 0, c or 0
-    elif c is None:  # MM:SS
-        hours, minutes, seconds = 0, a, b
-    else:  # HH:MM:SS
-        hours, minutes, seconds = a, b, c
-    total_s = (((days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
-    return -(-total_s // 60)
-
-
-@dataclass(frozen=True)
-class SlurmResources:
-    nodes: int = 1
-    gpus_per_node: int = 0
-    cpus_per_task: int | None = None  # CPUs for the one task of a node (Ray gets all of them)
-    mem_gb: float | None = None
-    time_min: int = 60
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    constraint: str | None = None
-    exclusive: bool = False
-    job_name: str = "dppo"
-    signal_delay_s: int = 90
-    setup: tuple[str, ...] = ()
-    extra: dict[str, str] = field(default_factory=dict)  # any other sbatch option, e.g. {"reservation": "x"}
-
-    def __post_init__(self):
-        if self.nodes < 1:
-            raise ValueError(f"--nodes must be >= 1, got {self.nodes}")
-        if self.gpus_per_node < 0:
-            raise ValueError(f"--gpus-per-node must be >= 0 (0 = a CPU-only job), got {self.gpus_per_node}")
-        if self.cpus_per_task is not None and self.cpus_per_task < 1:
-            raise ValueError(f"--cpus-per-task must be >= 1, got {self.cpus_per_task}")
-        # submitit signals USR2 `signal_delay_s` before the end: a shorter job would be signalled at start
-        if self.time_min * 60 <= self.signal_delay_s + 60:
-            raise ValueError(
-                f"--time {self.time_min} min leaves no time to train: the preemption signal comes "
-                f"{self.signal_delay_s}s before the limit (raise --time or lower --signal-delay)"
-            )
-
-    def submitit_parameters(self) -> dict:
-        """Keyword arguments for submitit.SlurmExecutor.update_parameters."""
-        params: dict = {
-            "job_name": self.job_name,
-            "nodes": self.nodes,
-            "ntasks_per_node": 1,
-            "time": self.time_min,
-            "signal_delay_s": self.signal_delay_s,
-        }
-        if self.gpus_per_node > 0:  # a CPU-only partition rejects any gres request, even gpu:0
-            params["gpus_per_node"] = self.gpus_per_node
-        optional = {
-            "cpus_per_task": self.cpus_per_task,
-            "partition": self.partition,
-            "account": self.account,
-            "qos": self.qos,
-            "constraint": self.constraint,
-        }
-        params.update({k: v for k, v in optional.items() if v is not None})
-        if self.mem_gb is not None:
-            params["mem"] = (
-                f"{int(self.mem_gb)}GB" if self.mem_gb == int(self.mem_gb) else f"{int(self.mem_gb * 1024)}MB"
-            )
-        if self.exclusive:
-            params["exclusive"] = True
-        if self.setup:
-            params["setup"] = list(self.setup)
-        # requeue (not cancel) the job when Slurm preempts it or its node fails
-        params["additional_parameters"] = {"requeue": True, **self.extra}
-        return params
-
-
-def sbatch_script(resources: SlurmResources, folder: str | os.PathLike, python: str = sys.executable) -> str:
-    """The sbatch file submitit will write for this job (shown by --dry-run)."""
-    from submitit.slurm.slurm import _make_sbatch_string
-
-    params = resources.submitit_parameters()
-    command = " ".join([shlex.quote(python), "-u -m submitit.core._submit", shlex.quote(str(folder))])
-    return _make_sbatch_string(command=command, folder=folder, **params)
-
-
-# ---------------------------------------------------------------------------------------------------
-# the job
 
 
 class RayJob(submitit.helpers.Checkpointable):
@@ -237,8 +54,7 @@ class RayJob(submitit.helpers.Checkpointable):
 
     def __init__(
         self,
-        command: list[str],
-        run_dir: str | os.PathLike,
+        command: TrainCommand,
         *,
         gpus_per_node: int = 0,
         join_timeout_s: float = 300.0,
@@ -246,68 +62,103 @@ class RayJob(submitit.helpers.Checkpointable):
         stop_grace_s: float = 60.0,
         ray_num_gpus: int | None = None,
         ray_num_cpus: int | None = None,
+        requeue_wait_s: float = 60.0,
     ):
-        self.command = list(command)
+        self.command = command
         self.ray_num_cpus = ray_num_cpus
         self.ray_num_gpus = gpus_per_node if ray_num_gpus is None else ray_num_gpus
-        self.run_dir = str(run_dir)
-        self.gpus_per_node = gpus_per_node
         self.join_timeout_s = join_timeout_s
         self.ray_port = ray_port
         self.stop_grace_s = stop_grace_s
-        self._driver: subprocess.Popen | None = None
+        self.requeue_wait_s = requeue_wait_s
+        self._reset()
 
-    def __getstate__(self):  # the running trainer's handle is not part of the requeued submission
+    def _reset(self) -> None:
+        self._head = None  # the Ray head's `ray start` (task 0)
+        self._driver = None  # the running trainer (task 0)
+        self._requeue_asked = False  # checkpoint() ran: submitit requeues the job and exits
+        self._terminated = False  # the task got SIGTERM (a cancel, a requeue, a preemption)
+
+    def __getstate__(self):  # the trainer's handle and this run's flags are not part of the resubmission
         state = dict(self.__dict__)
-        state["_driver"] = None
+        state.update(_head=None, _driver=None, _requeue_asked=False, _terminated=False)
         return state
 
     def __call__(self) -> dict | None:
         env = submitit.JobEnvironment()
-        restart = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
-        rdv = Rendezvous.for_job(env.paths.folder, str(env.job_id), restart)
-        num_cpus = self.ray_num_cpus or _slurm_cpus_on_node()
-        print(f"[dppo-launch] {env} restart={restart} cpus={num_cpus} gpus={self.ray_num_gpus}", flush=True)
-        if env.global_rank != 0:
+        task = SlurmTask.from_env()
+        rdv = prepare(task, env.paths.folder)
+        num_cpus = self.ray_num_cpus or task.cpus
+        print(
+            f"[dppo-launch] {env} restart={task.restart} cpus={num_cpus} gpus={self.ray_num_gpus}", flush=True
+        )
+        if task.rank != 0:
             run_worker(rdv, num_cpus=num_cpus, num_gpus=self.ray_num_gpus, join_timeout_s=self.join_timeout_s)
             return None
+        self._reset()
+        chain_sigterm(self._note_sigterm)
         rc = run_head(
             rdv,
-            self.command,
-            num_nodes=env.num_nodes,
+            self.command.argv,
+            num_nodes=task.num_nodes,
             num_cpus=num_cpus,
             num_gpus=self.ray_num_gpus,
             port=self.ray_port or free_port(),
             join_timeout_s=self.join_timeout_s,
+            on_head_start=self._set_head,
             on_driver_start=self._set_driver,
         )
         self._driver = None
-        if rc != 0:
-            raise RuntimeError(
-                f"the training command exited with code {rc} (its output is in {env.paths.stdout}): "
-                f"{shlex.join(self.command)}"
-            )
-        return job_summary(self.run_dir, job_id=str(env.job_id), restarts=restart)
+        outcome = settle(
+            rc,
+            job_state=slurm_job_state(task.job_id, task.restart) if rc != 0 else None,
+            terminated=self._terminated,
+            requeue_asked=self._requeue_asked,
+            requeue_wait_s=self.requeue_wait_s,
+        )
+        if outcome is None:
+            return job_summary(self.command.status_dir, job_id=task.job_id, restarts=task.restart)
+        if outcome.wait_s > 0:
+            print(f"[dppo-launch] {outcome.reason} yet: waiting {outcome.wait_s:.0f}s for it", flush=True)
+            time.sleep(outcome.wait_s)  # the requeue signal's handler (checkpoint) exits from here
+            outcome = dataclasses.replace(outcome, reason=f"{outcome.reason} within {outcome.wait_s:.0f}s")
+        self._report(outcome)
+        if outcome.state == "requeued":  # by Slurm: the job restarts; this run leaves no result
+            sys.exit(1)
+        raise RuntimeError(
+            f"{outcome.reason} (its output is in {env.paths.stdout}): {shlex.join(self.command.argv)}"
+        )
 
-    def _set_driver(self, proc: subprocess.Popen) -> None:
+    def _report(self, outcome: Outcome) -> None:
+        report(outcome, self.command.status_dir, self.command.ckpt_path)
+
+    def _set_head(self, proc) -> None:
+        self._head = proc
+
+    def _set_driver(self, proc) -> None:
         self._driver = proc
 
+    def _note_sigterm(self) -> None:
+        self._terminated = True
+
     def checkpoint(self, *args, **kwargs):
-        """Called by submitit (task 0) on the preemption / time-limit signal, before it requeues the job."""
-        driver, self._driver = self._driver, None
+        """Called by submitit (task 0) on the preemption / time-limit signal, before it requeues the job.
+
+        Stops the trainer, then Ray (its actors could still write status.json), and marks the run
+        requeued before `scontrol requeue`: from then on Slurm may kill this process at any moment."""
+        self._requeue_asked = True
+        driver, head, self._driver, self._head = self._driver, self._head, None, None
+        # this runs in a signal handler that interrupted driver.wait(): poll, never wait on a child
         if driver is not None:
-            # this runs in a signal handler that interrupted driver.wait(): poll, never wait on it
             print(
                 f"[dppo-launch] signal received: stopping the trainer (grace {self.stop_grace_s:.0f}s)",
                 flush=True,
             )
             terminate_group(driver.pid, self.stop_grace_s)
+        if head is not None:
+            terminate_group(head.pid, 20.0)
+        self._report(Outcome("requeued", "the launcher stopped the trainer and requeued the job"))
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
-
-
-def _slurm_cpus_on_node() -> int | None:
-    value = os.environ.get("SLURM_CPUS_ON_NODE")
-    return int(value) if value and value.isdigit() else None
 
 
 def job_summary(run_dir: str | os.PathLike, *, job_id: str, restarts: int) -> dict:
@@ -333,6 +184,7 @@ def submit(
     max_requeue: int = 3,
     ray_num_gpus: int | None = None,
     ray_num_cpus: int | None = None,
+    requeue_wait_s: float = 60.0,
 ):
     """Submit the job; returns the submitit Job. Raises SubmissionError when Slurm refuses it."""
     from submitit.core.utils import FailedJobError
@@ -341,14 +193,14 @@ def submit(
     executor = submitit.SlurmExecutor(folder=folder / "%j", max_num_timeout=max_requeue)
     executor.update_parameters(**resources.submitit_parameters())
     job_fn = RayJob(
-        command.argv,
-        command.run_dir,
+        command,
         gpus_per_node=resources.gpus_per_node,
         join_timeout_s=join_timeout_s,
         ray_port=ray_port,
         stop_grace_s=stop_grace_s,
         ray_num_gpus=ray_num_gpus,
         ray_num_cpus=ray_num_cpus,
+        requeue_wait_s=requeue_wait_s,
     )
     try:
         return executor.submit(job_fn)
@@ -415,6 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--signal-delay", type=int, default=90, help="seconds before the limit to get the signal")
     r.add_argument(
         "--stop-grace", type=float, default=60.0, help="seconds the trainer gets to stop on the signal"
+    )
+    r.add_argument(
+        "--requeue-wait",
+        type=float,
+        default=60.0,
+        help="after a SIGTERM to the job kills the trainer while Slurm keeps the job running (a preemption "
+        "whose requeue signal is on its way), seconds to wait for that signal before marking the run failed",
     )
     r.add_argument(
         "--max-requeue", type=int, default=3, help="requeues after time limits (preemptions: unlimited)"
@@ -488,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             max_requeue=args.max_requeue,
             ray_num_gpus=args.ray_num_gpus,
             ray_num_cpus=args.ray_num_cpus,
+            requeue_wait_s=args.requeue_wait,
         )
     except SubmissionError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from dppo_pipeline import CheckpointGroup, bare_trainer, controller, one_step
+from dppo_pipeline import CheckpointGroup, Trainer, bare_trainer, controller, one_step
 from dppo_stand_ins import base_argv, make_args
 from openrlhf.trainer import ppo_trainer
 
@@ -80,6 +80,35 @@ def test_accounting_check_raises_on_a_mismatch_or_a_missing_count():
         check_accounting({**ok, "tokens/pruned": 2.0})
     with pytest.raises(AccountingError, match="samples: no count of trained"):
         check_accounting({k: v for k, v in ok.items() if k != "samples/trained"})
+
+
+def test_a_resumed_run_reports_the_restored_step_from_its_first_status_never_step_0(tmp_path, monkeypatch):
+    args = make_args(base_argv() + ["--ckpt.path", str(tmp_path / "ckpt"), "--ckpt.load_enable"])
+    os.makedirs(tmp_path / "ckpt" / "_actor")
+    states = {"episode": 0, "global_step": 6, "total_consumed_prompts": 24, "data_loader_state_dict": {}}
+    run = RunDir(str(tmp_path / "run"), max_steps=9)
+    t = bare_trainer(args, DPPOConfig(), run, CheckpointGroup(states))
+    t.samples_generator.generate_samples = lambda **kwargs: ([], 0.0, 0, True)
+    t.eval_dataloader = None
+    written = []  # every status.json the trainer writes, in order
+    status = run.status
+    monkeypatch.setattr(
+        run,
+        "status",
+        lambda state, step, *a, **k: (written.append((state, step)), status(state, step, *a, **k))[1],
+    )
+
+    def host_fit(self, global_step=0):  # OpenRLHF's fit: load the checkpoint states first, then train
+        self.init_checkpoint_states()
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(Trainer.__mro__[1], "fit", host_fit)  # the host class _DPPOTrainer extends
+    with pytest.raises(RuntimeError):
+        t.fit(0)  # the driver calls fit(0) on a restart too
+    # running at the restored step from the first write on, then failed at it (not at 0)
+    assert written == [("running", 6), ("failed", 6)]
+    saved = json.load(open(tmp_path / "run" / "status.json"))
+    assert (saved["state"], saved["step"], saved["max_steps"]) == ("failed", 6, 9)
 
 
 # ---- one controller step: samples generator -> experience maker -> dispatch -> per-rank buffers ------

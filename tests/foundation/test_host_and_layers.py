@@ -127,7 +127,7 @@ LAYERS: dict[str, Rule] = {
     "rewards": only(why="reward files are loaded by path by OpenRLHF's reward code: self-contained"),
     "data": all_but("adapters", "cli", "launch", "report", "compat", why="data preparation only"),
     "tiny": all_but("adapters", "cli", "launch", "compat", why="builds the tiny assets; no trainer"),
-    "config": all_but("adapters", "cli", why="YAML experiment files -> flags"),
+    "recipe": all_but("adapters", "cli", why="YAML experiment recipes -> command lines"),
     "cli": all_but(why="the entry points: the top of the stack"),
 }
 
@@ -267,7 +267,7 @@ def _import_all_and_report_parts(part: str) -> subprocess.CompletedProcess:
 
 # importing these is cheap enough to check the static table against what really loads (compat imports
 # vLLM; cli is the top and may load anything)
-CHEAP_TO_IMPORT = ["core", "report", "launch", "adapters", "rewards", "data", "tiny", "run_dir", "config"]
+CHEAP_TO_IMPORT = ["core", "report", "launch", "adapters", "rewards", "data", "tiny", "run_dir", "recipe"]
 
 
 @pytest.mark.parametrize("part", [p for p in CHEAP_TO_IMPORT if p in _parts()])

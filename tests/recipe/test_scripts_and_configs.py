@@ -1,4 +1,5 @@
-"""The Qwen3 DPPO/GRPO scripts, their YAML configs and the config loader never drift apart.
+"""The Qwen3 recipe is written once (configs/dppo_qwen3_4b_math.yaml); the GRPO baseline and the scripts
+are derived from it and cannot drift.
 
 The commands are checked with the project's own CLI parser (``openrlhf_dppo.cli.train_dppo_ray.main``
 with a ``train_fn`` that stops before Ray), which runs OpenRLHF 0.11.2's real parser and validation
@@ -7,6 +8,7 @@ plus the --dppo.* flags. It runs in one subprocess so that its CPU patches stay 
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -14,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from openrlhf_dppo.config import ConfigError, expand_argv, load_command, load_config, resolve_vars
+from openrlhf_dppo.recipe import ConfigError, expand_argv, load_command, load_config, resolve_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = {name: ROOT / "examples" / "scripts" / f"train_{name}_qwen3.sh" for name in ("dppo", "grpo")}
 CONFIGS = {name: ROOT / "configs" / f"{name}_qwen3_4b_math.yaml" for name in ("dppo", "grpo")}
 ENTRY = "openrlhf_dppo.cli.train_dppo_ray"
+OVERRIDES = ("MODEL", "DATA_DIR", "OUTPUT_DIR", "NNODES", "GPUS_PER_NODE", "VLLM_ENGINES")
 ENV = {
     "MODEL": "/models/q3",
     "DATA_DIR": "/data/m",
@@ -30,15 +33,14 @@ ENV = {
 
 
 def dry_run(name, env=None, extra=()):
-    full_env = dict(os.environ, DRY_RUN="1", PYTHON="python", **(env or {}))
-    for key in ("MODEL", "DATA_DIR", "OUTPUT_DIR", "NNODES", "GPUS_PER_NODE", "VLLM_ENGINES"):
-        if env is None or key not in env:
-            full_env.pop(key, None)
+    """The command ``DRY_RUN=1 bash train_<name>_qwen3.sh`` prints, without the interpreter."""
+    full_env = {k: v for k, v in os.environ.items() if k not in OVERRIDES}
+    full_env.update(env or {}, DRY_RUN="1", PYTHON=sys.executable, PYTHONPATH=str(ROOT))
     out = subprocess.run(
         ["bash", str(SCRIPTS[name]), *extra], env=full_env, capture_output=True, text=True, check=True
     ).stdout
     cmd = shlex.split(out)
-    assert cmd[:3] == ["python", "-m", ENTRY]
+    assert cmd[:3] == [sys.executable, "-m", ENTRY]
     return cmd[3:]
 
 
@@ -52,6 +54,11 @@ def flags(argv):
         else:
             out[key].append(tok)
     return out
+
+
+def differing(a, b):
+    fa, fb = flags(a), flags(b)
+    return {k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k)}
 
 
 _PARSE = r"""
@@ -83,71 +90,70 @@ def parse_all(argvs):
     return json.loads(lines[-1][len("PARSED") :])
 
 
-def test_script_files_differ_only_in_dppo_flags():
-    dppo, grpo = (SCRIPTS[n].read_text().splitlines() for n in ("dppo", "grpo"))
-    code = [[ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#")] for lines in (dppo, grpo)]
-    only_dppo = [ln for ln in code[0] if ln not in code[1]]
-    only_grpo = [ln for ln in code[1] if ln not in code[0]]
-    # the default run directory is the only other difference, so the two runs do not overwrite each other
-    assert [ln for ln in only_dppo if "--dppo." not in ln] == [
-        'OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/runs/qwen3_4b_math/dppo}"'
-    ]
-    assert [ln for ln in only_grpo if "--dppo." not in ln] == [
-        'OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/runs/qwen3_4b_math/grpo}"'
-    ]
-    assert [ln.strip() for ln in only_grpo if "--dppo." in ln] == ["--dppo.enable false"]
+def test_the_scripts_hold_no_recipe_of_their_own():
+    for name, script in SCRIPTS.items():
+        code = [
+            ln for ln in script.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")
+        ]
+        assert len(code) <= 4, f"{script.name} should only run its recipe, it has {len(code)} lines of code"
+        assert not re.search(r"--[a-z_]+\.[a-z_]", "\n".join(code)), f"{script.name} sets training flags"
+        assert f"configs/{name}_qwen3_4b_math.yaml" in "\n".join(code)
 
 
-def test_dry_run_commands_differ_only_in_dppo_flags_and_honour_the_environment(tmp_path):
-    env = dict(ENV, OUTPUT_DIR=str(tmp_path / "run"))
-    dppo, grpo = flags(dry_run("dppo", env)), flags(dry_run("grpo", env))
-    assert {k for k in dppo.keys() | grpo.keys() if dppo.get(k) != grpo.get(k)} == {
+def test_the_grpo_baseline_is_the_dppo_recipe_plus_dppo_enable_false():
+    env = dict(ENV)
+    dppo, grpo = (load_config(str(CONFIGS[n]), environ=env) for n in ("dppo", "grpo"))
+    # same flags in the same order; the one value that differs is --dppo.enable
+    i = dppo.index("--dppo.enable")
+    assert dppo[i + 1] == "true" and grpo == dppo[: i + 1] + ["false"] + dppo[i + 2 :]
+    # with the default run directories, the runs also write to different places (and only that)
+    dppo, grpo = (load_config(str(CONFIGS[n]), environ={}) for n in ("dppo", "grpo"))
+    assert differing(dppo, grpo) == {
         "--dppo.enable",
-        "--dppo.prompt_prune_rate",
-        "--dppo.completion_prune_rate",
-        "--dppo.completion_policy",
-        "--dppo.q_min",
-        "--dppo.p_min",
-        "--dppo.sampling",
-        "--dppo.packer",
-        "--dppo.pack_window",
-        "--dppo.seed",
+        "--ckpt.output_dir",
+        "--ckpt.path",
+        "--logger.tensorboard_dir",
     }
+    assert flags(grpo)["--ckpt.output_dir"] == [str(ROOT / "runs" / "qwen3_4b_math" / "grpo")]
+    assert flags(dppo)["--ckpt.output_dir"] == [str(ROOT / "runs" / "qwen3_4b_math" / "dppo")]
+
+
+def test_script_commands_are_the_recipes_differ_only_in_dppo_flags_and_honour_the_environment(tmp_path):
+    env = dict(ENV, OUTPUT_DIR=str(tmp_path / "run"), VLLM_ENGINES="6")
+    dppo, grpo = dry_run("dppo", env), dry_run("grpo", env)
+    assert dppo == load_config(str(CONFIGS["dppo"]), environ=env)
+    assert grpo == load_config(str(CONFIGS["grpo"]), environ=env)
+    assert differing(dppo, grpo) == {"--dppo.enable"}
     assert not (tmp_path / "run").exists()  # a dry run has no side effects
-    assert dppo["--actor.model_name_or_path"] == ["/models/q3"]
-    assert dppo["--data.prompt_dataset"] == ["/data/m/math.jsonl"]
-    assert dppo["--ckpt.output_dir"] == [str(tmp_path / "run")]
-    assert dppo["--actor.num_nodes"] == ["2"] and dppo["--actor.num_gpus_per_node"] == ["4"]
-    assert dppo["--vllm.num_engines"] == ["8"]  # NNODES * GPUS_PER_NODE
-    assert dppo["--reward.remote_url"] == [str(ROOT / "openrlhf_dppo" / "rewards" / "math_reward.py")]
-    assert dry_run("dppo", env, ["--train.seed", "7"])[-2:] == ["--train.seed", "7"]  # extra flags appended
+    f = flags(dppo)
+    assert f["--actor.model_name_or_path"] == ["/models/q3"]
+    assert f["--data.prompt_dataset"] == ["/data/m/math.jsonl"]
+    assert f["--ckpt.output_dir"] == [str(tmp_path / "run")]
+    assert f["--actor.num_nodes"] == ["2"] and f["--actor.num_gpus_per_node"] == ["4"]
+    assert f["--vllm.num_engines"] == ["6"]
+    assert flags(dry_run("dppo", dict(env, VLLM_ENGINES="")))["--vllm.num_engines"] == ["8"]  # NNODES x GPUS
+    assert f["--reward.remote_url"] == [str(ROOT / "openrlhf_dppo" / "rewards" / "math_reward.py")]
+    assert dry_run("grpo", env, ["--train.seed", "7"])[-2:] == ["--train.seed", "7"]  # extra flags appended
 
 
-def test_commands_pass_the_cli_parser_and_yaml_matches_scripts():
+def test_commands_pass_the_cli_parser_and_config_flag_expands_to_the_same_run():
     env = {k: v for k, v in ENV.items() if k != "OUTPUT_DIR"}
     defaults = {name: dry_run(name) for name in ("dppo", "grpo")}
-    overridden = {name: dry_run(name, env) for name in ("dppo", "grpo")}
-    from_yaml = {name: load_config(str(CONFIGS[name]), environ={}) for name in ("dppo", "grpo")}
-    yaml_overridden = {name: load_config(str(CONFIGS[name]), environ=env) for name in ("dppo", "grpo")}
     via_config_flag = expand_argv(["--config", str(CONFIGS["dppo"]), "--train.seed", "7"], environ={})
     argvs = [
         defaults["dppo"],
         defaults["grpo"],
-        from_yaml["dppo"],
-        from_yaml["grpo"],
-        overridden["dppo"],
-        yaml_overridden["dppo"],
+        dry_run("dppo", env),
         via_config_flag,
         ["--config", str(CONFIGS["dppo"]), "--train.seed", "7"],  # expanded by the CLI itself
+        ["--config", str(CONFIGS["grpo"])],
     ]
-    dppo, grpo, dppo_yaml, grpo_yaml, dppo_env, dppo_yaml_env, dppo_seed7, cli_seed7 = parse_all(argvs)
+    dppo, grpo, dppo_env, dppo_seed7, cli_seed7, cli_grpo = parse_all(argvs)
 
-    # the YAML configs are the same runs as the scripts, with and without environment overrides
-    assert dppo_yaml == dppo and grpo_yaml == grpo and dppo_yaml_env == dppo_env
     assert dppo_env["actor.model_name_or_path"] == "'/models/q3'" and dppo_env["vllm.num_engines"] == "8"
     # --config expands to the same run; a later flag wins
     assert dppo_seed7 == dict(dppo, **{"train.seed": "7"})
-    assert cli_seed7 == dppo_seed7
+    assert cli_seed7 == dppo_seed7 and cli_grpo == grpo
     # the recipe the issue asks for
     for ns in (dppo, grpo):
         assert ns["actor.num_gpus_per_node"] == "8" and ns["vllm.num_engines"] == "8"
@@ -160,9 +166,9 @@ def test_commands_pass_the_cli_parser_and_yaml_matches_scripts():
         0 < float(dppo["dppo.prompt_prune_rate"]) <= 0.7
         and 0 < float(dppo["dppo.completion_prune_rate"]) <= 0.7
     )
-    # apart from the DPPO settings (and the run directory) the two runs are identical
-    differ = {k for k in dppo if dppo[k] != grpo[k]}
-    assert {k for k in differ if not k.startswith("dppo.")} == {
+    # apart from --dppo.enable (and the run directory) the two parsed runs are identical
+    assert {k for k in dppo if dppo[k] != grpo[k]} == {
+        "dppo.enable",
         "ckpt.output_dir",
         "ckpt.path",
         "logger.tensorboard_dir",
@@ -250,12 +256,58 @@ def test_loader_errors_name_the_key(tmp_path, text, message):
         load_config(write(tmp_path, text), environ={})
 
 
-def test_config_module_dry_run_prints_the_command():
+def test_a_recipe_with_a_base_overrides_vars_and_flags_in_place(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "base.yaml").write_text(
+        """
+entry: base.entry
+vars:
+  A: 1
+  OUT: /runs/${A}
+args:
+  x: {y: "${OUT}", z: 2}
+  switch: true
+  w: 3
+"""
+    )
+    child = tmp_path / "sub" / "child.yaml"
+    child.write_text(
+        "base: ../base.yaml\nvars:\n  A: 5\n  B: 7\nargs:\n  x.y: b${B}\n  switch: false\n  v: 1\n"
+    )
+    # x.y keeps its place with the new value, a false switch drops out, new flags come last
+    assert load_config(str(child), environ={}) == ["--x.y", "b7", "--x.z", "2", "--w", "3", "--v", "1"]
+    assert resolve_vars(str(child), environ={"A": "9"}) == {
+        "REPO_ROOT": str(ROOT),
+        "A": "9",
+        "OUT": "/runs/9",
+        "B": "7",
+    }
+    assert load_command(str(child), environ={})[2] == "base.entry"  # inherited
+
+
+def test_recipes_that_name_each_other_as_base_are_refused(tmp_path):
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ConfigError, match=r"a.yaml: base: the recipes name each other in a cycle"):
+        load_config(str(tmp_path / "a.yaml"), environ={})
+    (tmp_path / "c.yaml").write_text("base: missing.yaml\n")
+    with pytest.raises(ConfigError, match=r"cannot read config .*missing.yaml"):
+        load_config(str(tmp_path / "c.yaml"), environ={})
+
+
+def test_an_undefined_name_in_a_base_is_reported_in_the_base_file(tmp_path):
+    (tmp_path / "base.yaml").write_text("args:\n  x: ${NOPE}\n")
+    (tmp_path / "child.yaml").write_text("base: base.yaml\nargs:\n  y: 1\n")
+    with pytest.raises(ConfigError, match=r"base.yaml: args.x: \$\{NOPE\} is not defined"):
+        load_config(str(tmp_path / "child.yaml"), environ={})
+
+
+def test_recipe_module_dry_run_prints_the_command():
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
-            "openrlhf_dppo.config",
+            "openrlhf_dppo.recipe",
             str(CONFIGS["grpo"]),
             "--dry-run",
             "--train.seed",

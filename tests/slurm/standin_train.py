@@ -4,8 +4,11 @@ It takes the OpenRLHF checkpoint flags the launcher adds (`--ckpt.output_dir --c
 --ckpt.load_enable --ckpt.save_steps`), connects to the Ray cluster in RAY_ADDRESS, requires
 `--nodes` alive nodes, and each step runs one Ray task per node (SPREAD). Its "prompt history" maps a
 prompt index to how often it was trained; the dataloader position is the step. Every `save_steps`
-steps it writes a checkpoint (history + step), and with --ckpt.load_enable it resumes from it and logs
-a `{"kind": "resume"}` line with the loaded step and history. Lines go to `<output_dir>/metrics.jsonl`.
+steps it writes a checkpoint in DeepSpeed's layout (`<ckpt>/_actor/global_step<N>/state.json` with the
+history and the step, then `<ckpt>/_actor/latest`), and with --ckpt.load_enable it resumes from the
+newest one and logs a `{"kind": "resume"}` line with the loaded step and history. Lines go to
+`<output_dir>/metrics.jsonl`; status.json is written as the real trainer does ("running" with the
+restored step once the checkpoint is loaded and after every step, "finished" at the end).
 """
 
 import argparse
@@ -15,6 +18,12 @@ import time
 from pathlib import Path
 
 import ray
+
+
+def write_json(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj))
+    tmp.replace(path)
 
 
 def main() -> None:
@@ -31,17 +40,24 @@ def main() -> None:
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ckpt_file = Path(args.ckpt_path) / "state.json"
+    actor = Path(args.ckpt_path) / "_actor"
 
     def log(line: dict) -> None:
         with open(out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(line) + "\n")
 
+    def status(state: str, step: int) -> None:
+        write_json(
+            out / "status.json",
+            {"state": state, "step": step, "max_steps": args.max_steps, "updated": time.time()},
+        )
+
     step, history = 0, {}
-    if args.load and ckpt_file.exists():
-        state = json.loads(ckpt_file.read_text())
+    if args.load and (actor / "latest").exists():
+        state = json.loads((actor / (actor / "latest").read_text().strip() / "state.json").read_text())
         step, history = state["step"], state["history"]
         log({"kind": "resume", "step": step, "history": history, "time": time.time()})
+    status("running", step)
 
     ray.init(address=os.environ["RAY_ADDRESS"])
     alive = [n for n in ray.nodes() if n["Alive"]]
@@ -60,11 +76,13 @@ def main() -> None:
         step += 1
         log({"kind": "train", "step": step, "time": time.time(), "nodes_used": len(set(node_ids))})
         if step % args.save_steps == 0:
-            ckpt_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = ckpt_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"step": step, "history": history}))
-            tmp.replace(ckpt_file)
+            tag = actor / f"global_step{step}"
+            tag.mkdir(parents=True, exist_ok=True)
+            write_json(tag / "state.json", {"step": step, "history": history})
+            (actor / "latest").write_text(tag.name)
+        status("running", step)
     ray.shutdown()
+    status("finished", step)
 
 
 if __name__ == "__main__":

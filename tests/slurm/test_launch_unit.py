@@ -8,27 +8,23 @@ import time
 
 import pytest
 
+from openrlhf_dppo.launch import command as C
+from openrlhf_dppo.launch import resources as R
 from openrlhf_dppo.launch import slurm as L
-from openrlhf_dppo.launch.ray_cluster import (
-    RayClusterError,
-    Rendezvous,
-    pid_running,
-    ray_start_command,
-    stop_process_group,
-    terminate_group,
-)
+from openrlhf_dppo.launch.procs import pid_running, stop_process_group, terminate_group
+from openrlhf_dppo.launch.ray_cluster import RayClusterError, Rendezvous, ray_start_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_flags_are_read_and_replaced_in_both_spellings():
     argv = ["--a", "1", "--ckpt.path=/x", "--flag", "--b", "2", "--a", "3"]
-    assert L.get_flag(argv, "--a") == "3"  # argparse keeps the last value, so do we
-    assert L.get_flag(argv, "--ckpt.path") == "/x"
-    assert L.get_flag(argv, "--flag") == ""
-    assert L.get_flag(argv, "--missing") is None
-    assert L.set_flag(argv, "--a", "9") == ["--ckpt.path=/x", "--flag", "--b", "2", "--a", "9"]
-    assert L.set_flag(argv, "--ckpt.path", "/y") == [
+    assert C.get_flag(argv, "--a") == "3"  # argparse keeps the last value, so do we
+    assert C.get_flag(argv, "--ckpt.path") == "/x"
+    assert C.get_flag(argv, "--flag") == ""
+    assert C.get_flag(argv, "--missing") is None
+    assert C.set_flag(argv, "--a", "9") == ["--ckpt.path=/x", "--flag", "--b", "2", "--a", "9"]
+    assert C.set_flag(argv, "--ckpt.path", "/y") == [
         "--a",
         "1",
         "--flag",
@@ -39,7 +35,7 @@ def test_flags_are_read_and_replaced_in_both_spellings():
         "--ckpt.path",
         "/y",
     ]
-    assert L.set_flag(argv, "--flag", None) == [
+    assert C.set_flag(argv, "--flag", None) == [
         "--a",
         "1",
         "--ckpt.path=/x",
@@ -52,16 +48,16 @@ def test_flags_are_read_and_replaced_in_both_spellings():
 
 
 def test_train_command_always_resumes_and_saves(tmp_path):
-    cmd = L.build_train_command(
+    cmd = C.build_train_command(
         ["--actor.x", "1", "--ckpt.save_steps", "-1"], run_dir=tmp_path / "run", save_steps=7
     )
     a = cmd.argv
-    assert a[:3] == [sys.executable, "-m", L.DEFAULT_ENTRY]
-    assert L.get_flag(a, "--ckpt.output_dir") == str(tmp_path / "run")
-    assert L.get_flag(a, "--ckpt.path") == str(tmp_path / "run" / "ckpt") == str(cmd.ckpt_path)
-    assert L.get_flag(a, "--ckpt.load_enable") == ""  # bare switch: a restart loads the newest checkpoint
-    assert L.get_flag(a, "--ckpt.save_steps") == "7"  # a config that never saves cannot be resumed
-    assert a.count("--ckpt.save_steps") == 1 and L.get_flag(a, "--actor.x") == "1"
+    assert a[:3] == [sys.executable, "-m", C.DEFAULT_ENTRY]
+    assert C.get_flag(a, "--ckpt.output_dir") == str(tmp_path / "run")
+    assert C.get_flag(a, "--ckpt.path") == str(tmp_path / "run" / "ckpt") == str(cmd.ckpt_path)
+    assert C.get_flag(a, "--ckpt.load_enable") == ""  # bare switch: a restart loads the newest checkpoint
+    assert C.get_flag(a, "--ckpt.save_steps") == "7"  # a config that never saves cannot be resumed
+    assert a.count("--ckpt.save_steps") == 1 and C.get_flag(a, "--actor.x") == "1"
 
 
 def test_train_command_keeps_the_configs_checkpoint_settings(tmp_path):
@@ -73,12 +69,12 @@ def test_train_command_keeps_the_configs_checkpoint_settings(tmp_path):
         "--ckpt.save_steps",
         "3",
     ]
-    cmd = L.build_train_command(cfg, save_steps=100, entry="tests/slurm/standin_train.py")
+    cmd = C.build_train_command(cfg, save_steps=100, entry="tests/slurm/standin_train.py")
     assert cmd.run_dir == tmp_path / "out" and cmd.ckpt_path == tmp_path / "ck"
-    assert L.get_flag(cmd.argv, "--ckpt.save_steps") == "3"
+    assert C.get_flag(cmd.argv, "--ckpt.save_steps") == "3"
     assert cmd.argv[1] == os.path.abspath("tests/slurm/standin_train.py")  # a script runs by absolute path
     with pytest.raises(ValueError, match="save_steps must be positive"):
-        L.build_train_command(cfg, save_steps=0)
+        C.build_train_command(cfg, save_steps=0)
 
 
 @pytest.mark.parametrize(
@@ -94,23 +90,23 @@ def test_train_command_keeps_the_configs_checkpoint_settings(tmp_path):
     ],
 )
 def test_slurm_time_formats(text, minutes):
-    assert L.parse_time_minutes(text) == minutes
+    assert R.parse_time_minutes(text) == minutes
 
 
 def test_bad_time_is_refused():
     with pytest.raises(ValueError, match="cannot read Slurm time"):
-        L.parse_time_minutes("1h")
+        R.parse_time_minutes("1h")
     # submitit signals 90 s before the end: a 2-minute job would be signalled almost at once
     with pytest.raises(ValueError, match="leaves no time to train"):
-        L.SlurmResources(time_min=2)
+        R.SlurmResources(time_min=2)
 
 
 def test_cpu_job_requests_no_gres_and_gpu_job_does():
-    cpu = L.SlurmResources(nodes=2, gpus_per_node=0, time_min=30).submitit_parameters()
+    cpu = R.SlurmResources(nodes=2, gpus_per_node=0, time_min=30).submitit_parameters()
     assert "gpus_per_node" not in cpu and "gres" not in cpu
     assert cpu["nodes"] == 2 and cpu["ntasks_per_node"] == 1 and cpu["time"] == 30
     assert cpu["additional_parameters"] == {"requeue": True}
-    gpu = L.SlurmResources(
+    gpu = R.SlurmResources(
         nodes=4, gpus_per_node=8, partition="p", account="a", qos="q", extra={"reservation": "r"}
     )
     params = gpu.submitit_parameters()
@@ -118,12 +114,12 @@ def test_cpu_job_requests_no_gres_and_gpu_job_does():
     assert (params["partition"], params["account"], params["qos"]) == ("p", "a", "q")
     assert params["additional_parameters"] == {"requeue": True, "reservation": "r"}
     with pytest.raises(ValueError, match="gpus-per-node must be >= 0"):
-        L.SlurmResources(gpus_per_node=-1)
+        R.SlurmResources(gpus_per_node=-1)
 
 
 def test_sbatch_script_is_what_submitit_writes(tmp_path):
-    text = L.sbatch_script(
-        L.SlurmResources(nodes=2, gpus_per_node=0, time_min=20, partition="debug"), tmp_path
+    text = R.sbatch_script(
+        R.SlurmResources(nodes=2, gpus_per_node=0, time_min=20, partition="debug"), tmp_path
     )
     lines = set(text.splitlines())
     for line in (
@@ -158,10 +154,10 @@ def test_dry_run_prints_sbatch_and_command_and_follows_the_allocation(tmp_path, 
     assert "#SBATCH --nodes=3" in out and "#SBATCH --gpus-per-node=4" in out and "#SBATCH --time=30" in out
     command = out.strip().splitlines()[-1].split()
     assert command[1:3] == ["-m", "tests.fake.entry"]
-    assert L.get_flag(command, "--actor.num_nodes") == "3"  # the config's NNODES follows --nodes
-    assert L.get_flag(command, "--actor.num_gpus_per_node") == "4"
-    assert L.get_flag(command, "--max_steps") == "5"  # flags after `--` win
-    assert L.get_flag(command, "--ckpt.path") == str(tmp_path / "run" / "ckpt")
+    assert C.get_flag(command, "--actor.num_nodes") == "3"  # the config's NNODES follows --nodes
+    assert C.get_flag(command, "--actor.num_gpus_per_node") == "4"
+    assert C.get_flag(command, "--max_steps") == "5"  # flags after `--` win
+    assert C.get_flag(command, "--ckpt.path") == str(tmp_path / "run" / "ckpt")
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
 
 

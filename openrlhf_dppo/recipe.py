@@ -1,15 +1,20 @@
-"""Experiment configs in YAML, expanded into the command line of a training entry point.
+"""Experiment recipes: YAML files expanded into the command line of a training entry point.
 
-API (what the shell scripts, Slurm launcher and ``--config`` share, so they never drift):
-- ``load_config(path, environ=None) -> list[str]``: the flags of the config, e.g.
+Each experiment is written once, as a YAML recipe; the shell scripts (examples/scripts/train_*_qwen3.sh),
+the Slurm launcher and ``--config`` all expand it with this module, so they cannot drift. A variant of a
+recipe (the GRPO baseline of a DPPO run) names it as its ``base`` and overrides what differs.
+
+API:
+- ``load_config(path, environ=None) -> list[str]``: the flags of the recipe, e.g.
   ``["--actor.model_name_or_path", "Qwen/Qwen3-4B-Base", ..., "--dppo.enable", "true"]``.
 - ``load_command(path, environ=None) -> list[str]``: ``[python, "-m", entry, *flags]``.
 - ``expand_argv(argv, environ=None) -> list[str]``: replaces every ``--config PATH`` in ``argv`` by the
   flags of PATH; flags after it still win (argparse keeps the last value).
-- ``python -m openrlhf_dppo.config CONFIG.yaml [--dry-run] [more flags]`` runs (or prints) the command.
+- ``python -m openrlhf_dppo.recipe RECIPE.yaml [--dry-run] [more flags]`` runs (or prints) the command.
 
 File format::
 
+    base: other.yaml                          # optional: start from this recipe (path relative to this file)
     entry: openrlhf_dppo.cli.train_dppo_ray   # module run with `python -m` (this is the default)
     vars:                                     # ${NAME} in any value; the environment variable NAME wins
       NNODES: 1
@@ -23,9 +28,13 @@ File format::
       dppo.enable: "true"                     # a string: "--dppo.enable true"
       eval.dataset: [a.jsonl, b.jsonl]        # a list: one value per item ("--x a b"); for commas write a string
 
+With ``base``, the base's vars and flags come first, in the base's order; a var or flag the file sets
+again takes the new value in place (``dppo: {enable: "false"}`` and ``dppo.enable: "false"`` name the same
+flag), new ones are appended, and ``entry`` is inherited unless set.
+
 Substitution: ``${NAME}`` and ``${NAME:-default}`` (bash's syntax) and ``$((a * b + c))`` integer
 arithmetic over names, resolved in the order the vars are written. Only the names declared under
-``vars`` (and ``REPO_ROOT``) are visible -- other environment variables never leak into a config --
+``vars`` (and ``REPO_ROOT``) are visible -- other environment variables never leak into a recipe --
 and an empty value counts as unset for ``:-``. An unknown name without a default is an error.
 """
 
@@ -96,37 +105,59 @@ def _flatten(args: dict, prefix: str = "") -> list:
     return items
 
 
-def _read(path: str) -> dict:
+def _read(path: str, _chain: tuple = ()) -> dict:
+    """The recipe at ``path`` with its ``base`` chain merged: ``{"entry", "vars", "args"}`` where vars
+    and args map a name to ``(value, file it was set in)``, in order."""
+    real = os.path.realpath(path)
+    if real in _chain:
+        cycle = " -> ".join([*_chain, real])
+        raise ConfigError(f"{path}: base: the recipes name each other in a cycle ({cycle})")
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f) or {}
     except OSError as err:
         raise ConfigError(f"cannot read config {path}: {err}") from err
-    unknown = set(data) - {"entry", "vars", "args"}
-    if not isinstance(data, dict) or unknown:
-        raise ConfigError(f"{path}: the top level takes entry, vars and args; found {sorted(unknown)}")
-    return data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with base, entry, vars and args at the top level")
+    unknown = set(data) - {"base", "entry", "vars", "args"}
+    if unknown:
+        raise ConfigError(f"{path}: the top level takes base, entry, vars and args; found {sorted(unknown)}")
+    merged = {"entry": None, "vars": {}, "args": {}}
+    if data.get("base") is not None:
+        base = os.path.join(os.path.dirname(os.path.abspath(path)), str(data["base"]))
+        merged = _read(base, (*_chain, real))
+    for section in ("vars", "args"):
+        if not isinstance(data.get(section) or {}, dict):
+            raise ConfigError(f"{path}: {section} must be a mapping")
+    merged["vars"].update({name: (value, path) for name, value in (data.get("vars") or {}).items()})
+    merged["args"].update({name: (value, path) for name, value in _flatten(data.get("args") or {})})
+    merged["entry"] = data.get("entry") or merged["entry"]
+    return merged
 
 
-def resolve_vars(path: str, environ=None) -> dict:
-    """The config's variables after substitution (environment first, then the file's defaults)."""
+def _scope(recipe: dict, environ) -> dict:
     env = dict(os.environ if environ is None else environ)
     scope = {"REPO_ROOT": env.get("REPO_ROOT") or REPO_ROOT}
-    for name, default in (_read(path).get("vars") or {}).items():
+    for name, (default, where) in recipe["vars"].items():
         if env.get(name):
             scope[name] = env[name]
         else:
-            scope[name] = substitute(str(default), scope, f"{path}: vars.{name}")
+            scope[name] = substitute(str(default), scope, f"{where}: vars.{name}")
     return scope
 
 
+def resolve_vars(path: str, environ=None) -> dict:
+    """The recipe's variables after substitution (environment first, then the files' defaults)."""
+    return _scope(_read(path), environ)
+
+
 def load_config(path: str, environ=None) -> list[str]:
-    """The flags of the config at ``path`` (see the module docstring for the format)."""
-    data = _read(path)
-    scope = resolve_vars(path, environ)
+    """The flags of the recipe at ``path`` (see the module docstring for the format)."""
+    recipe = _read(path)
+    scope = _scope(recipe, environ)
     argv = []
-    for name, value in _flatten(data.get("args") or {}):
-        where = f"{path}: args.{name}"
+    for name, (value, where) in recipe["args"].items():
+        where = f"{where}: args.{name}"
         if value is True:
             argv.append(f"--{name}")
         elif value is False or value is None:
@@ -140,7 +171,7 @@ def load_config(path: str, environ=None) -> list[str]:
 
 def load_command(path: str, environ=None) -> list[str]:
     """``[python, "-m", entry, *load_config(path)]``."""
-    entry = _read(path).get("entry") or DEFAULT_ENTRY
+    entry = _read(path)["entry"] or DEFAULT_ENTRY
     return [sys.executable, "-m", entry, *load_config(path, environ)]
 
 

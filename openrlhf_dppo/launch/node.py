@@ -1,0 +1,180 @@
+"""One Slurm task of a Ray job (one task per node): the ONE per-node bootstrap of both ways to run on Slurm.
+
+- the submitit launcher (`launch.slurm.RayJob`) calls `SlurmTask.from_env`, `prepare` and
+  `ray_cluster.run_head` / `run_worker` in the task's own process;
+- the plain sbatch template (slurm/dppo_ray.sbatch) runs, once per node through srun,
+
+      python -m openrlhf_dppo.launch.node run --rendezvous-root DIR [--join-timeout S] \\
+          [--num-gpus G] [--num-cpus C] -- <training command>
+
+  and, on its time-limit signal, `python -m openrlhf_dppo.launch.node mark-requeue --rendezvous-root
+  DIR` before it stops the job step and requeues the job.
+
+Every task first removes the Ray temp dirs that earlier restarts of its job left on the node. Task 0
+then records how the trainer ended (launch/status.py): a SIGTERM to the task (the sbatch script
+stopping the step, or a cancel) stops the trainer and Ray, and the run is marked requeued when a
+requeue was asked for, cancelled after a cancel, failed otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from dataclasses import dataclass
+
+from openrlhf_dppo.launch.command import get_flag, run_files_dir
+from openrlhf_dppo.launch.ray_cluster import Rendezvous, free_port, run_head, run_worker
+from openrlhf_dppo.launch.status import Outcome, record, settle, slurm_job_state
+
+
+@dataclass(frozen=True)
+class SlurmTask:
+    """Who this task is, from the variables Slurm sets for every task."""
+
+    job_id: str
+    restart: int  # SLURM_RESTART_COUNT: how often the job was requeued
+    rank: int
+    num_nodes: int
+    cpus: int | None  # CPUs Slurm allocated on this node
+
+    @classmethod
+    def from_env(cls, environ=None) -> SlurmTask:
+        env = os.environ if environ is None else environ
+        if "SLURM_JOB_ID" not in env:
+            raise RuntimeError("not in a Slurm job (SLURM_JOB_ID is unset): start it with sbatch / srun")
+        cpus = env.get("SLURM_CPUS_ON_NODE", "")
+        return cls(
+            job_id=env["SLURM_JOB_ID"],
+            restart=int(env.get("SLURM_RESTART_COUNT") or 0),
+            rank=int(env.get("SLURM_PROCID") or 0),
+            num_nodes=int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 1),
+            cpus=int(cpus) if cpus.isdigit() else None,
+        )
+
+
+def prepare(task: SlurmTask, rendezvous_root, temp_root="/tmp") -> Rendezvous:
+    """The task's rendezvous, after removing the Ray temp dirs earlier restarts left on this node."""
+    rdv = Rendezvous.for_job(rendezvous_root, task.job_id, task.restart, temp_root)
+    for path in rdv.remove_stale_temp_dirs():
+        print(f"[dppo-launch] removed {path}, left by an earlier run of job {task.job_id}", flush=True)
+    return rdv
+
+
+def report(outcome: Outcome, run_dir, ckpt_path) -> None:
+    """Record the outcome in status.json and say so in the task's log."""
+    status = record(outcome, run_dir, ckpt_path)
+    print(
+        f"[dppo-launch] run marked {status['state']} at step {status['step']}: {outcome.reason}", flush=True
+    )
+
+
+def chain_sigterm(note) -> None:
+    """Call `note()` on SIGTERM, then the handler installed before (submitit's, which ignores it)."""
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum, frame):
+        note()
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+class Terminated(Exception):
+    """The task got SIGTERM (raised once, from the handler, to unwind into the teardown)."""
+
+
+def _raise_once(state: dict):
+    def handler(signum, frame):
+        if not state.get("terminated"):
+            state["terminated"] = True
+            raise Terminated
+
+    return handler
+
+
+def run(args: argparse.Namespace) -> int:
+    task = SlurmTask.from_env()
+    rdv = prepare(task, args.rendezvous_root)
+    num_gpus = args.num_gpus if args.num_gpus is not None else int(os.environ.get("SLURM_GPUS_ON_NODE") or 0)
+    num_cpus = args.num_cpus or task.cpus
+    state: dict = {}
+    signal.signal(signal.SIGTERM, _raise_once(state))
+    print(
+        f"[dppo-launch] job {task.job_id} restart {task.restart} task {task.rank}/{task.num_nodes}",
+        flush=True,
+    )
+    try:
+        if task.rank != 0:
+            run_worker(rdv, num_cpus=num_cpus, num_gpus=num_gpus, join_timeout_s=args.join_timeout)
+            return 0
+        rc = run_head(
+            rdv,
+            args.command,
+            num_nodes=task.num_nodes,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            port=free_port(),
+            join_timeout_s=args.join_timeout,
+        )
+    except Terminated:
+        if task.rank != 0:
+            return 128 + signal.SIGTERM
+        rc = -signal.SIGTERM  # run_head's teardown stopped the trainer
+    signal.signal(signal.SIGTERM, lambda signum, frame: state.update(terminated=True))
+    outcome = settle(
+        rc,
+        job_state=slurm_job_state(task.job_id, task.restart) if rc != 0 else None,
+        terminated=bool(state.get("terminated")),
+        requeue_asked=rdv.requeue_requested(),
+        requeue_wait_s=0.0,  # the batch script requeues by itself (mark-requeue first)
+    )
+    if outcome is None:
+        return 0
+    run_dir = run_files_dir(args.command)
+    ckpt = get_flag(args.command, "--ckpt.path")
+    if run_dir is not None and ckpt:
+        report(outcome, run_dir, ckpt)
+    else:
+        print(f"[dppo-launch] {outcome.state}: {outcome.reason}", flush=True)
+    return 0 if outcome.state == "requeued" else (rc if rc > 0 else 128 - rc)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m openrlhf_dppo.launch.node", description=__doc__.split("\n")[0]
+    )
+    sub = p.add_subparsers(dest="action", required=True)
+    r = sub.add_parser("run", help="this node's part of the job (srun starts one per node)")
+    m = sub.add_parser("mark-requeue", help="tell task 0 that the job is being requeued (before stopping it)")
+    for q in (r, m):
+        q.add_argument(
+            "--rendezvous-root", required=True, help="folder shared by the nodes (<run dir>/slurm)"
+        )
+    r.add_argument("--join-timeout", type=float, default=300.0, help="seconds to wait for all nodes to join")
+    r.add_argument(
+        "--num-gpus", type=int, default=None, help="GPUs Ray advertises (default SLURM_GPUS_ON_NODE)"
+    )
+    r.add_argument(
+        "--num-cpus", type=int, default=None, help="CPUs Ray advertises (default SLURM_CPUS_ON_NODE)"
+    )
+    r.add_argument("command", nargs=argparse.REMAINDER, help="-- then the training command (run on task 0)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.action == "mark-requeue":
+        task = SlurmTask.from_env()
+        Rendezvous.for_job(args.rendezvous_root, task.job_id, task.restart).request_requeue()
+        return 0
+    args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not args.command:
+        build_parser().error("run: give the training command after --")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
