@@ -89,7 +89,6 @@ def test_a_resume_cuts_the_file_back_to_the_checkpoint(tmp_path, clock):
     second = R.RunDir(tmp_path, max_steps=6)
     _config(second, start_time=1990.0)
     assert second.resume(3) == 4  # train 4, eval 4, train 5, the half-written 6
-    assert json.loads((tmp_path / R.STATUS).read_text())["step"] == 3  # running at the checkpoint
     clock.now = 2005.0
     _steps(second, clock, [4, 5, 6])
     lines = _lines(tmp_path)
