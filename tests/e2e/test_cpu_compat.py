@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import re
 import socket
 import time
 
@@ -218,48 +217,6 @@ def test_arithmetic_reward_contract():
     )
     assert out["rewards"].tolist() == [1.0, 0.0, 0.0, 1.0, 1.0]
     assert torch.equal(out["scores"], out["rewards"])
-
-
-def test_task_is_deterministic_and_splits_are_disjoint():
-    from openrlhf_dppo.tiny import task
-
-    a, b = task.problems(5, 200), task.problems(5, 200)
-    assert a == b
-    held = {r["input"] for r in task.problems(6, 100)}
-    train = task.problems(7, 300, exclude=held)
-    assert not held & {r["input"] for r in train}
-    for r in train:
-        x, y = r["input"][:-1].split("+")
-        assert int(x) + int(y) == int(r["label"]) and 0 <= int(x) < 100
-
-
-def test_tokenizer_round_trip():
-    from openrlhf_dppo.tiny.tokenizer import EOS_ID, build_tokenizer
-
-    tok = build_tokenizer()
-    ids = tok("73+8=", add_special_tokens=False)["input_ids"]
-    assert len(ids) == 5
-    assert tok.decode(ids + [EOS_ID], skip_special_tokens=False) == "73+8=<eos>"
-
-
-def test_demo_scripts_differ_only_in_algorithm_flags():
-    def body(name):
-        with open(os.path.join(ROOT, "examples", "scripts", name)) as f:
-            lines = f.read().splitlines()
-        return [ln for ln in lines if not re.match(r"^(# (GRPO|DPPO) on the embedded|NAME=|ALGO_FLAGS=)", ln)]
-
-    assert body("train_grpo_tiny_cpu.sh") == body("train_dppo_tiny_cpu.sh")
-    with open(os.path.join(ROOT, "examples", "scripts", "train_dppo_tiny_cpu.sh")) as f:
-        text = f.read()
-    assert "--dppo.prompt_prune_rate" in text and "--dppo.completion_prune_rate" in text
-
-
-def test_build_fingerprint_tracks_inputs():
-    from openrlhf_dppo.tiny import build
-
-    assert build.fingerprint(0, build.WARM) == build.fingerprint(0, dict(build.WARM))
-    assert build.fingerprint(0, build.WARM) != build.fingerprint(1, build.WARM)
-    assert build.fingerprint(0, build.WARM) != build.fingerprint(0, dict(build.WARM, lr=1e-3))
 
 
 def test_timing_is_recorded_by_the_heartbeat(tmp_path, monkeypatch):
