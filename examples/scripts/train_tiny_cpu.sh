@@ -14,7 +14,7 @@
 #   SEED [1]             training seed (--train.seed) and DPPO's pruning seed (--dppo.seed)
 #   STEPS [300]          training steps (--dppo.max_steps; enough episodes are passed to cover them)
 #   LR [1e-3]            actor learning rate (constant, no warm-up)
-#   PROMPTS [32]         prompts per step;  SAMPLES [8]: completions per prompt (temperature 1)
+#   PROMPTS [64]         prompts per step;  SAMPLES [8]: completions per prompt (temperature 1)
 #   EVAL_STEPS [10]      evaluate the held-out set every this many steps (greedy, 500 prompts)
 #   R_Q, R_O [0.5 0.5]   DPPO's prompt and completion prune rates (dppo only)
 #   OUT [runs/tiny_cpu/$ALGO]  run directory;  TINY [.cache/tiny]: assets (built on first use)
@@ -36,7 +36,7 @@ PY=${PYTHON:-.venv/bin/python}
 TINY=${TINY:-.cache/tiny}
 OUT=${OUT:-runs/tiny_cpu/$ALGO}
 STEPS=${STEPS:-300}
-PROMPTS=${PROMPTS:-32}
+PROMPTS=${PROMPTS:-64}
 SAMPLES=${SAMPLES:-8}
 POOL=2000  # prompts in $TINY/data/train.jsonl (openrlhf_dppo.tiny.build.N_TRAIN)
 EPISODES=$(( (STEPS * PROMPTS + POOL - 1) / POOL ))  # --dppo.max_steps stops the run at STEPS

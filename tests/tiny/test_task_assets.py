@@ -68,23 +68,24 @@ def test_model_sizes_by_name_and_by_dimensions():
             build.parse_size(bad)
 
 
-def test_parameter_count_of_the_default_size():
+@pytest.mark.parametrize("size, params", [("xs", 396_160), ("s", 1_578_496)])
+def test_parameter_counts_of_the_named_sizes(size, params):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    model = Qwen3ForCausalLM(Qwen3Config(**build.model_config("xs")))
-    assert sum(p.numel() for p in model.parameters()) == 396_160
+    model = Qwen3ForCausalLM(Qwen3Config(**build.model_config(size)))
+    assert sum(p.numel() for p in model.parameters()) == params
 
 
 def test_build_fingerprint_tracks_seed_warm_start_and_size():
     base = build.fingerprint(0, build.WARM)
-    assert base == build.fingerprint(0, dict(build.WARM), "xs")
+    assert base == build.fingerprint(0, dict(build.WARM), "s")
     assert base != build.fingerprint(1, build.WARM)
     assert base != build.fingerprint(0, dict(build.WARM, lr=1e-3))
-    assert base != build.fingerprint(0, build.WARM, "s")
+    assert base != build.fingerprint(0, build.WARM, "xs")
 
 
 def test_a_short_build_writes_disjoint_data_and_is_cached(tmp_path):
-    """A build with a 3-step warm start (the real one takes about a minute): the files on disk keep the
+    """A build with a 3-step warm start (the real one takes one to two minutes): the files on disk keep the
     held-out set apart from the training pool and the warm-start data, and a second call reuses them."""
     out = str(tmp_path / "tiny")
     warm = dict(build.WARM, max_steps=3, eval_every=1)
@@ -94,7 +95,8 @@ def test_a_short_build_writes_disjoint_data_and_is_cached(tmp_path):
     held_out = set(_inputs(rows["eval"]))
     assert len(held_out) == 500
     assert not held_out & set(_inputs(rows["train"])) and not held_out & set(_inputs(rows["warm"]))
-    assert info["warm_start"]["steps"] == 3 and info["params"] == 396_160
+    assert info["warm_start"]["steps"] == 3 and info["size"] == build.DEFAULT_SIZE == "s"
+    assert info["params"] == 1_578_496
     with open(os.path.join(p["model"], "config.json")) as f:
         assert json.load(f)["dtype"] == "bfloat16"  # the engine's dtype
     assert build.is_built(out, seed=0, warm=warm)
