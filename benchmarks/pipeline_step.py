@@ -5,15 +5,16 @@
     python benchmarks/pipeline_step.py run --name dppo_55 --rates 0.5 0.5 [--packer openrlhf]
     python benchmarks/pipeline_step.py table --grpo runs/pipeline/grpo_a ... --dppo runs/pipeline/dppo_55 ...
 
-``build`` writes a random-weight Qwen3 (``--hidden/--layers/--inter``; the tiny task's character
-tokenizer) whose output head gives ``<eos>``, ``<pad>`` and ``<bos>`` a zero row and every other token a
-row of norm ``--head_scale``: the stop probability per token is small, so completions are long and
-long-tailed (geometric, capped at ``--max_new``). The tiny builder has no size option, so the model is
-made here from its tokenizer. Prompts: the first ``--data`` prompts of the tiny task's train.jsonl.
-Reward: ``benchmarks/pipeline_reward.py`` (odd number of '7' characters: mixed groups).
+``build`` writes a random-weight Qwen3 of the tiny builder's ``--size`` (``openrlhf_dppo.tiny.build.model_config``:
+a size name or ``HIDDENxLAYERSxINTER``; default ``m`` = 256x4x1024, 3.94M parameters with the untied head
+used here; the tiny task's character tokenizer) whose output head gives ``<eos>``, ``<pad>`` and ``<bos>``
+a zero row and every other token a row of norm ``--head_scale``: the stop probability per token is
+small, so completions are long and long-tailed (geometric, capped at ``--max_new``). Prompts: the first
+``--data`` prompts of the tiny task's train.jsonl (built if missing). Reward:
+``benchmarks/pipeline_reward.py`` (odd number of '7' characters: mixed groups).
 
 ``run`` launches ``python -m openrlhf_dppo.cli.train_dppo_ray`` with one fixed set of flags (the CPU
-flags of examples/scripts/train_*_tiny_cpu.sh, packed micro-batches under one token budget for both
+flags of examples/scripts/train_tiny_cpu.sh, packed micro-batches under one token budget for both
 GRPO and DPPO) and only the DPPO flags differing. ``table`` reads the run directories with the compare
 report's own functions (openrlhf_dppo.report) and prints the markdown tables of benchmarks/RESULTS.md:
 each DPPO run is compared with the median of the GRPO runs' step times and generation shares.
@@ -40,29 +41,20 @@ def build(args) -> None:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     sys.path.insert(0, str(ROOT))
-    from openrlhf_dppo.tiny.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB, build_tokenizer
+    from openrlhf_dppo.tiny import build as tiny_build
+    from openrlhf_dppo.tiny.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_tokenizer
 
     out = Path(args.out)
-    spec = dict(hidden=args.hidden, layers=args.layers, inter=args.inter, head_scale=args.head_scale)
-    spec.update(data=args.data, seed=args.seed)
+    spec = dict(size=args.size, head_scale=args.head_scale, data=args.data, seed=args.seed)
     info_path = out / "bench_info.json"
     if info_path.exists() and json.loads(info_path.read_text()).get("spec") == spec:
         print(f"cached: {out}")
         return
+    tiny_dir = ROOT / ".cache" / "tiny"
+    tiny_build.ensure_built(str(tiny_dir), seed=0)  # the prompts
     torch.manual_seed(args.seed)
     config = Qwen3Config(
-        vocab_size=len(VOCAB),
-        hidden_size=args.hidden,
-        intermediate_size=args.inter,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.hidden // 64,
-        num_key_value_heads=max(1, args.hidden // 128),
-        head_dim=64,
-        max_position_embeddings=512,
-        tie_word_embeddings=False,
-        pad_token_id=PAD_ID,
-        eos_token_id=EOS_ID,
-        bos_token_id=None,
+        **tiny_build.model_config(args.size, tie_word_embeddings=False, max_position_embeddings=512)
     )
     model = Qwen3ForCausalLM(config)
     with torch.no_grad():
@@ -78,7 +70,7 @@ def build(args) -> None:
     model.save_pretrained(out / "model", safe_serialization=True)
     build_tokenizer().save_pretrained(out / "model")
     (out / "data").mkdir(parents=True, exist_ok=True)
-    lines = (ROOT / ".cache" / "tiny" / "data" / "train.jsonl").read_text().splitlines()[: args.data]
+    lines = (tiny_dir / "data" / "train.jsonl").read_text().splitlines()[: args.data]
     (out / "data" / "train.jsonl").write_text("\n".join(lines) + "\n")
     info_path.write_text(json.dumps({"spec": spec, "params": n_params}, indent=1))
     print(f"built {out}: {n_params / 1e6:.2f}M parameters, {len(lines)} prompts")
@@ -240,9 +232,9 @@ def main(argv=None) -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
     b.add_argument("--out", default=str(MODEL_DIR))
-    b.add_argument("--hidden", type=int, default=256)
-    b.add_argument("--layers", type=int, default=4)
-    b.add_argument("--inter", type=int, default=1024)
+    b.add_argument(
+        "--size", default="m", help="a size of openrlhf_dppo.tiny.build (name or HIDDENxLAYERSxINTER)"
+    )
     b.add_argument("--head_scale", type=float, default=2.5)
     b.add_argument("--data", type=int, default=16)
     b.add_argument("--seed", type=int, default=0)

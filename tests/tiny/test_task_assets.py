@@ -1,22 +1,51 @@
-"""The tiny task's pieces: deterministic disjoint splits, the local tokenizer, the build fingerprint and
-the two tiny training scripts (moved here from tests/e2e/test_cpu_compat.py)."""
+"""The embedded tiny task: disjoint splits, the tokenizer, the model sizes and the cached build."""
 
 from __future__ import annotations
 
-import re
+import json
+import os
+
+import pytest
+
+from openrlhf_dppo.tiny import build, task
 
 
-def test_task_is_deterministic_and_splits_are_disjoint():
-    from openrlhf_dppo.tiny import task
+def _inputs(rows):
+    return [r["input"] for r in rows]
 
-    a, b = task.problems(5, 200), task.problems(5, 200)
-    assert a == b
-    held = {r["input"] for r in task.problems(6, 100)}
-    train = task.problems(7, 300, exclude=held)
-    assert not held & {r["input"] for r in train}
-    for r in train:
-        x, y = r["input"][:-1].split("+")
-        assert int(x) + int(y) == int(r["label"]) and 0 <= int(x) < 100
+
+def test_split_is_deterministic_for_a_seed_and_differs_across_seeds():
+    assert task.split(3, 50, 20, 100) == task.split(3, 50, 20, 100)
+    assert _inputs(task.split(3, 50, 20, 100)["eval"]) != _inputs(task.split(4, 50, 20, 100)["eval"])
+
+
+def test_splits_are_disjoint_and_cover_every_two_digit_sum_once():
+    parts = task.split(0, build.N_EVAL, build.N_DEV, build.N_TRAIN)
+    sizes = {name: len(rows) for name, rows in parts.items()}
+    assert sizes == {"eval": 500, "dev": 200, "train": 2000, "warm": 10_000 - 2700}
+    seen = [p for rows in parts.values() for p in _inputs(rows)]
+    assert len(seen) == len(set(seen)) == 10_000
+    held_out = set(_inputs(parts["eval"]))
+    for name in ("dev", "train", "warm"):
+        assert not held_out & set(_inputs(parts[name])), f"a held-out prompt is in {name}"
+
+
+def test_labels_are_the_sums():
+    for row in task.split(1, 10, 10, 10)["warm"][:300]:
+        a, b = row["input"].removesuffix("=").split("+")
+        assert row["label"] == str(int(a) + int(b)) and 0 <= int(a) < 100 and 0 <= int(b) < 100
+
+
+def test_the_held_out_set_spans_easy_and_hard_problems():
+    rows = task.split(0, build.N_EVAL, build.N_DEV, build.N_TRAIN)["eval"]
+    one_digit = sum(len(r["label"]) == 1 for r in rows)
+    three_digit = sum(len(r["label"]) == 3 for r in rows)
+    assert one_digit >= 1 and three_digit >= 100  # from "3+4=" to double carries such as "97+58="
+
+
+def test_split_rejects_more_prompts_than_the_space_holds():
+    with pytest.raises(ValueError, match="exceeds the 100 problems of 1-digit addition"):
+        task.split(0, 50, 30, 30, digits=1)
 
 
 def test_tokenizer_round_trip():
@@ -28,21 +57,50 @@ def test_tokenizer_round_trip():
     assert tok.decode(ids + [EOS_ID], skip_special_tokens=False) == "73+8=<eos>"
 
 
-def test_demo_scripts_differ_only_in_algorithm_flags(repo_root):
-    scripts = repo_root / "examples" / "scripts"
+def test_model_sizes_by_name_and_by_dimensions():
+    xs = build.model_config("xs")
+    assert (xs["hidden_size"], xs["num_hidden_layers"], xs["intermediate_size"]) == (128, 2, 384)
+    assert (xs["num_attention_heads"], xs["num_key_value_heads"], xs["head_dim"]) == (2, 1, 64)
+    assert build.model_config("256x4x1024") == build.model_config("m")
+    assert build.model_config("m", tie_word_embeddings=False)["tie_word_embeddings"] is False
+    for bad in ("huge", "100x2x384", "128x0x384", "128x2"):
+        with pytest.raises(ValueError, match="--size"):
+            build.parse_size(bad)
 
-    def body(name):
-        lines = (scripts / name).read_text().splitlines()
-        return [ln for ln in lines if not re.match(r"^(# (GRPO|DPPO) on the embedded|NAME=|ALGO_FLAGS=)", ln)]
 
-    assert body("train_grpo_tiny_cpu.sh") == body("train_dppo_tiny_cpu.sh")
-    text = (scripts / "train_dppo_tiny_cpu.sh").read_text()
-    assert "--dppo.prompt_prune_rate" in text and "--dppo.completion_prune_rate" in text
+@pytest.mark.parametrize("size, params", [("xs", 396_160), ("s", 1_578_496)])
+def test_parameter_counts_of_the_named_sizes(size, params):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    model = Qwen3ForCausalLM(Qwen3Config(**build.model_config(size)))
+    assert sum(p.numel() for p in model.parameters()) == params
 
 
-def test_build_fingerprint_tracks_inputs():
-    from openrlhf_dppo.tiny import build
+def test_build_fingerprint_tracks_seed_warm_start_and_size():
+    base = build.fingerprint(0, build.WARM)
+    assert base == build.fingerprint(0, dict(build.WARM), "s")
+    assert base != build.fingerprint(1, build.WARM)
+    assert base != build.fingerprint(0, dict(build.WARM, lr=1e-3))
+    assert base != build.fingerprint(0, build.WARM, "xs")
 
-    assert build.fingerprint(0, build.WARM) == build.fingerprint(0, dict(build.WARM))
-    assert build.fingerprint(0, build.WARM) != build.fingerprint(1, build.WARM)
-    assert build.fingerprint(0, build.WARM) != build.fingerprint(0, dict(build.WARM, lr=1e-3))
+
+def test_a_short_build_writes_disjoint_data_and_is_cached(tmp_path):
+    """A build with a 3-step warm start (the real one takes one to two minutes): the files on disk keep the
+    held-out set apart from the training pool and the warm-start data, and a second call reuses them."""
+    out = str(tmp_path / "tiny")
+    warm = dict(build.WARM, max_steps=3, eval_every=1)
+    info = build.build(out, seed=0, warm=warm, log=lambda *_: None)
+    p = build.paths(out)
+    rows = {name: task.read_jsonl(p[name]) for name in task.SPLITS}
+    held_out = set(_inputs(rows["eval"]))
+    assert len(held_out) == 500
+    assert not held_out & set(_inputs(rows["train"])) and not held_out & set(_inputs(rows["warm"]))
+    assert info["warm_start"]["steps"] == 3 and info["size"] == build.DEFAULT_SIZE == "s"
+    assert info["params"] == 1_578_496
+    with open(os.path.join(p["model"], "config.json")) as f:
+        assert json.load(f)["dtype"] == "bfloat16"  # the engine's dtype
+    assert build.is_built(out, seed=0, warm=warm)
+    assert not build.is_built(out, seed=1, warm=warm)
+    mtime = os.path.getmtime(p["info"])
+    assert build.ensure_built(out, seed=0, warm=warm) == info
+    assert os.path.getmtime(p["info"]) == mtime  # cached: not rebuilt
