@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Time to held-out accuracy, several seeds per arm, on the embedded tiny task (issue 15; METHOD.md
+# "Measuring the promise"). Four arms, each run through examples/scripts/train_tiny_cpu.sh, which keeps
+# every setting equal across arms but the algorithm flags (same packing, eval schedule, seed):
+#   grpo     GRPO (--dppo.enable false), the baseline
+#   shrink   DPPO r_q = r_o = 0.5, --dppo.prompt_batch shrink (a step rolls out the kept prompts only)
+#   refill   DPPO r_q = r_o = 0.5, --dppo.prompt_batch refill (about B prompts rolled out per step)
+#   df       GRPO with OpenRLHF's dynamic filtering (DAPO dynamic sampling; the GRESO-style baseline)
+# The runs are interleaved (seed 1 of every arm, then seed 2, ...), so slow drift in the machine's load
+# reaches every arm alike. Then `openrlhf-dppo compare` over all runs writes the report (mean and spread
+# over seeds; training time = the sum of step times, start-up and evaluation excluded).
+#
+#   bash benchmarks/time_to_accuracy.sh                     # SEEDS="1 2 3", ARMS="grpo shrink refill df"
+#   SEEDS="1" STEPS=50 bash benchmarks/time_to_accuracy.sh  # a quick look
+#
+# Environment: SEEDS, ARMS, STEPS (150), OUT (runs/tta), DF_RANGE ("0.01 0.99": groups whose mean reward
+# is outside are dropped and replaced), PYTHON (.venv/bin/python), LOCK (unset: when set, each run holds
+# this flock(1) lock file, so other heavy work on a shared machine waits between runs, not during one).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+OUT=${OUT:-runs/tta}
+SEEDS=${SEEDS:-1 2 3}
+ARMS=${ARMS:-grpo shrink refill df}
+export STEPS=${STEPS:-150}
+read -r -a DF_RANGE <<< "${DF_RANGE:-0.01 0.99}"
+
+arm_env() {  # arm -> "ALGO extra-flags..."
+  case "$1" in
+    grpo) echo "grpo" ;;
+    shrink) echo "dppo --dppo.prompt_batch shrink" ;;
+    refill) echo "dppo --dppo.prompt_batch refill" ;;
+    df) echo "grpo --algo.dynamic_filtering_enable --algo.dynamic_filtering_range ${DF_RANGE[*]}" ;;
+    *) echo "unknown arm '$1' (grpo, shrink, refill, df)" >&2; return 2 ;;
+  esac
+}
+
+mkdir -p "$OUT"
+for seed in $SEEDS; do
+  for arm in $ARMS; do
+    read -r -a spec <<< "$(arm_env "$arm")"
+    run="$OUT/${arm}_s${seed}"
+    if [ -f "$run/status.json" ] && grep -q '"finished"' "$run/status.json"; then
+      echo "[tta] $run finished earlier: kept"; continue
+    fi
+    echo "[tta] $(date +%T) $arm seed $seed -> $run  (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+    lock=()
+    if [ -n "${LOCK:-}" ]; then lock=(flock "$LOCK"); fi
+    ALGO=${spec[0]} SEED=$seed OUT=$run PYTHON=$PY "${lock[@]}" bash examples/scripts/train_tiny_cpu.sh "${spec[@]:1}"
+  done
+done
+
+args=()
+for arm in $ARMS; do args+=(--arm "$arm=$OUT/${arm}_s*"); done
+"$PY" -m openrlhf_dppo.cli.main compare "${args[@]}" --baseline grpo --out "$OUT/report"
