@@ -8,17 +8,14 @@ import os
 import torch
 
 
-def fp32_params() -> None:
-    """OpenRLHF offers bf16 / fp16 parameters only: map the extra name "fp32" to torch.float32 (the
+def fp32_aware(convert):
+    """OpenRLHF's ``convert_to_torch_dtype`` knows bf16 / fp16 only: "fp32" maps to torch.float32 (the
     DeepSpeed config then enables neither bf16 nor fp16, i.e. plain fp32 ZeRO-3)."""
-    from openrlhf.utils import utils
 
-    original = utils.convert_to_torch_dtype
+    def convert_to_torch_dtype(param_dtype):
+        return torch.float32 if param_dtype == "fp32" else convert(param_dtype)
 
-    def convert(param_dtype):
-        return torch.float32 if param_dtype == "fp32" else original(param_dtype)
-
-    utils.convert_to_torch_dtype = convert
+    return convert_to_torch_dtype
 
 
 def run(rank: int, world: int, port: int, payload: str, out_dir: str) -> None:
@@ -32,10 +29,11 @@ def run(rank: int, world: int, port: int, payload: str, out_dir: str) -> None:
 
     prepare_host()
     cpu.install(cpu.RAY_WORKER)  # the CPU patches every Ray worker of the pipeline gets
-    fp32_params()
 
     import deepspeed
-    from openrlhf.utils import get_strategy
+    from openrlhf.utils import get_strategy, utils
+
+    utils.convert_to_torch_dtype = fp32_aware(utils.convert_to_torch_dtype)
 
     from openrlhf_dppo.adapters._ray import unwrap_actor_class
     from openrlhf_dppo.adapters.actor import DPPOActorTrainer, DPPOPolicyModelActor

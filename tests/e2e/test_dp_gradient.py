@@ -50,9 +50,10 @@ pytestmark = pytest.mark.e2e
 __all__ = ["tiny"]  # the module fixture that builds the tiny assets
 
 PROMPTS, G, KL_COEF, ENT_COEF, EPS_CLIP, LR = 8, 4, 0.2, 0.05, 0.2, 1e4
+CAPACITY = 40  # tokens per micro-batch and rank: several micro-batches per rank
 Q = (1.0, 0.5, 0.25, 1.0, 0.5, 1.0, 0.25, 0.5)  # prompt keep probabilities of the 8 groups
-STEP_RTOL = 1e-5  # dp = 2 vs dp = 1 (same packed fp32 forwards, other grouping and reduction order)
-REF_RTOL = 1e-4  # DeepSpeed vs the unpacked autograd prediction
+STEP_RTOL = 1e-5  # dp = 2 vs dp = 1: other packing and reduction order (measured 2.4e-7)
+REF_RTOL = 1e-4  # DeepSpeed vs the unpacked autograd prediction (measured 1.7e-5)
 
 
 def argv(dp: int) -> list[str]:
@@ -62,7 +63,7 @@ def argv(dp: int) -> list[str]:
         "--ds.zero_stage", "3", "--ds.attn_implementation", "sdpa", "--train.seed", "1",
         "--rollout.batch_size", str(PROMPTS), "--rollout.n_samples_per_prompt", str(G),
         "--train.batch_size", str(PROMPTS * G), "--train.micro_batch_size", "1",
-        "--train.max_tokens_per_gpu", "40", "--data.max_len", "16", "--rollout.max_new_tokens", "8",
+        "--train.max_tokens_per_gpu", str(CAPACITY), "--data.max_len", "16", "--rollout.max_new_tokens", "8",
         "--algo.advantage.estimator", "group_norm", "--algo.kl.init_coef", str(KL_COEF),
         "--algo.kl.use_loss", "--algo.kl.estimator", "k3", "--actor.entropy_coef", str(ENT_COEF),
         "--actor.eps_clip", str(EPS_CLIP),
@@ -110,20 +111,6 @@ def rollouts(seed: int = 0) -> list:
     return samples
 
 
-def fp32_actor(monkeypatch):
-    """The tiny model as OpenRLHF's ``Actor`` in fp32, unpacked (one sequence per row)."""
-    import dp_gradient_worker
-    from openrlhf.models import Actor
-    from openrlhf.utils import utils
-
-    with monkeypatch.context() as m:
-        m.setattr(utils, "convert_to_torch_dtype", utils.convert_to_torch_dtype)
-        dp_gradient_worker.fp32_params()
-        model = Actor(f"{TINY}/model", attn_implementation="sdpa", param_dtype="fp32")
-    assert next(model.parameters()).dtype == torch.float32
-    return model
-
-
 def reference_shift(sequences, action_mask, model_logprobs):
     """The reference model's log-probs: the policy's, shifted per token (so the KL term is not 0)."""
     feature = (sequences[:, -action_mask.shape[1] :] % 3).double() - 1.0
@@ -133,18 +120,24 @@ def reference_shift(sequences, action_mask, model_logprobs):
 @pytest.fixture(scope="module")
 def batch(tiny):
     """The kept items of one step through the real experience maker (see the module docstring)."""
+    from dp_gradient_worker import fp32_aware
     from dppo_stand_ins import FAKE_RAY, StandInGroup, StandInTokenizer
+    from openrlhf.models import Actor
     from openrlhf.trainer.ppo_utils import experience_maker
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+    from openrlhf.utils import utils
 
     from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker
     from openrlhf_dppo.adapters.step import DrawRecord, StepContext
     from openrlhf_dppo.core import DPPOConfig, PromptHistory
 
-    mp = pytest.MonkeyPatch()
-    mp.setattr(experience_maker, "ray", FAKE_RAY)
+    patch = pytest.MonkeyPatch()
+    patch.setattr(experience_maker, "ray", FAKE_RAY)  # the stand-in groups answer synchronously
+    patch.setattr(utils, "convert_to_torch_dtype", fp32_aware(utils.convert_to_torch_dtype))
     try:
-        model = fp32_actor(mp)
+        # the tiny model as OpenRLHF's Actor in fp32, unpacked (one sequence per row)
+        model = Actor(f"{TINY}/model", attn_implementation="sdpa", param_dtype="fp32")
+        assert next(model.parameters()).dtype == torch.float32
         model.eval()
 
         def actor_forward(sequences, action_mask, attention_mask, **_):
@@ -165,7 +158,7 @@ def batch(tiny):
         ctx = StepContext(step=1, draw=DrawRecord(drawn=PROMPTS, kept=PROMPTS, rolled_out=PROMPTS))
         experiences = maker.make_experience_batch(ctx, rollouts())
     finally:
-        mp.undo()
+        patch.undo()
     items = DPPOExperienceMaker._single_items(experiences)
     return {"items": items, "metrics": ctx.metrics, "model": model}
 
@@ -175,7 +168,7 @@ def plan_for(batch, dp: int):
 
     m = batch["metrics"]
     return build_dispatch(
-        batch["items"], dp, capacity=40, num_steps=1,
+        batch["items"], dp, capacity=CAPACITY, num_steps=1,
         norm_tokens=m["dppo/normalizer_tokens"], norm_seqs=m["dppo/normalizer_seqs"],
     )  # fmt: skip
 
