@@ -99,11 +99,16 @@ def check_run(run: dict, steps: list[int], dp: int = 1, engines: int = 1, syncs:
         missing = [k for k in REQUIRED_KEYS if k not in r]
         assert not missing, missing
         n = r["samples/trained"]
-        assert n >= dp and n % dp == 0, f"kept completions {n} not a multiple of the {dp} ranks"
-        assert r["samples/fillers"] == 0
-        # weights 1/(q p) of the kept completions: >= 1, bounded by the floors; ESS at most the kept count
-        assert 1.0 <= r["dppo/weight_mean"] <= r["dppo/weight_max"] <= 1.0 / (Q_MIN * P_MIN) + 1e-9, r
-        assert 1.0 - 1e-9 <= r["dppo/weight_ess"] <= n + 1e-9
+        if r["dppo/completion_zero_prob_frac"] == 1.0:
+            # every completion had A == 0 (no KL / entropy term): all dropped exactly, nothing to train;
+            # each rank forwards one zero-weight filler for the collective step
+            assert n == 0 and r["samples/fillers"] == dp, r
+        else:
+            assert n >= dp and n % dp == 0, f"kept completions {n} not a multiple of the {dp} ranks"
+            assert r["samples/fillers"] == 0
+            # weights 1/(q p) of the kept completions: >= 1, bounded by the floors; ESS at most their count
+            assert 1.0 <= r["dppo/weight_mean"] <= r["dppo/weight_max"] <= 1.0 / (Q_MIN * P_MIN) + 1e-9, r
+            assert 1.0 - 1e-9 <= r["dppo/weight_ess"] <= n + 1e-9
         assert 0.0 < r["dppo/pack_density"] <= 1.0
         assert 1 <= r["dppo/pack_lower_bound"] <= r["dppo/pack_micro_batches"]
         assert r["dppo/normalizer_seqs"] >= G and r["dppo/normalizer_tokens"] > 0
