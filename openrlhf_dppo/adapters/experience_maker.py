@@ -11,7 +11,8 @@ step's ``StepContext`` in (``adapters.step``). With the rewards already on the r
 3. keep probabilities, a seeded mask and the weights in one call (``core.prune_completions``; a
    systematic draw keeps a multiple of the data-parallel size, with the p = 1 completions held at 1
    unless no multiple is reachable that way: ``dppo/completion_fixed_size_fallback``); A == 0
-   completions get p = 0 only when no KL (in reward or loss) or entropy term can give them a gradient.
+   completions get p = 0 only when no KL (in reward or loss) or entropy term can give them a gradient
+   (``dppo/completion_zero_prob_frac``: the fraction given p = 0, so a run shows whether the drop is on).
    ``samples|tokens/pruned`` are counted here, from the mask;
 4. the actor / reference forwards run ONLY on the kept completions (the parent's
    ``split_rollout_samples`` + ``make_experience`` on the kept list): that is the saving;
@@ -139,6 +140,8 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         q = torch.tensor([d.q for d in draws], dtype=torch.float64)
         draw, metrics = self._completion_draw(adv_flat, (1.0 / q).repeat_interleave(G), dp, ctx.step)
         mask, weights = draw.mask, draw.weight.clone()
+        # the exact A == 0 drop in effect: 0 whenever a KL or entropy term can move an A == 0 completion
+        metrics["dppo/completion_zero_prob_frac"] = float((draw.prob == 0).double().mean())
         tokens = [response_tokens(s) for s in rollout_samples]
         kept = mask.nonzero().flatten().tolist()
         fillers = self._top_up(mask, [int(s.total_length.item()) for s in rollout_samples], dp)

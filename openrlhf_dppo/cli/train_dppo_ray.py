@@ -114,7 +114,7 @@ def _imported_module(stmt: ast.AST) -> str:
     return stmt.names[0].name
 
 
-def _apply_cpu_compat() -> None:
+def _apply_cpu_compat(args) -> None:
     import torch
 
     if torch.cuda.is_available():
@@ -125,7 +125,7 @@ def _apply_cpu_compat() -> None:
         if err.name != "openrlhf_dppo.compat.cpu":
             raise
         return
-    cpu.apply()
+    cpu.apply(fake_gpus=cpu.stand_in_gpus(args))  # as many stand-in GPUs as this run's groups ask for
 
 
 def main(
@@ -175,7 +175,7 @@ def main(
         if train_fn is not None:
             state.result = train_fn(args)
             return
-        _apply_cpu_compat()  # before the host's Ray / DeepSpeed / vLLM modules load (a no-op with CUDA)
+        _apply_cpu_compat(args)  # before the host's Ray / DeepSpeed / vLLM modules load (a no-op with CUDA)
         from openrlhf.cli import train_ppo_ray
 
         from openrlhf_dppo.adapters import install

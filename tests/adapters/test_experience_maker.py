@@ -135,3 +135,16 @@ def test_with_a_kl_term_zero_advantage_completions_keep_a_positive_probability()
     maker_no_kl = dppo_maker(args_for(), DPPOConfig(completion_prune_rate=0.5, p_min=0.2))
     p_free = maker_no_kl._completion_draw(adv, torch.ones_like(adv, dtype=torch.float64), 1, 0)[0].prob
     assert (p_free[adv == 0] == 0).all() and (p_free[adv != 0] > 0).all()
+
+
+@pytest.mark.parametrize("kl", ["none", "reward", "loss"])
+def test_the_step_reports_how_many_completions_the_exact_zero_advantage_drop_gave_p_0(kl):
+    # dppo/completion_zero_prob_frac: every A == 0 completion without a KL / entropy term, none with one
+    args = args_for(kl=kl)
+    G = args.rollout.n_samples_per_prompt
+    samples = tag(rollout_batch(6, G, seed=5), G)
+    _, ctx = make(dppo_maker(args, DPPOConfig(completion_prune_rate=0.5)), samples, step=1, drawn=6)
+    zero_adv = ctx.metrics["dppo/completion_zero_adv_frac"]
+    assert zero_adv > 0  # rollout_batch makes every third group all-equal
+    expected = zero_adv if kl == "none" else 0.0  # both are fractions of 24 completions (float32 vs 64)
+    assert ctx.metrics["dppo/completion_zero_prob_frac"] == pytest.approx(expected, abs=1e-6)

@@ -78,6 +78,21 @@ REFUSED = {
         lambda a: replaced(a, "--rollout.max_new_tokens", "64"), "--rollout.max_new_tokens",
         "leaves no room for the prompt within --data.max_len 64",
     ),
+    "gae-needs-every-sequence": (
+        lambda a: replaced(a, "--algo.advantage.estimator", "gae"), "--algo.advantage.estimator",
+        "a critic (GAE) needs every sequence",
+    ),
+    "async-training": (
+        lambda a: a + ["--train.async_enable"], "--train.async_enable", "not supported by train_dppo_ray",
+    ),
+    "images-with-dppo": (
+        lambda a: a + ["--data.max_images_per_prompt", "1"], "--data.max_images_per_prompt",
+        "does not support for vision-language models",
+    ),
+    "vllm-generate-batch-size-differs": (
+        lambda a: a + ["--rollout.vllm_generate_batch_size", "8"], "--rollout.vllm_generate_batch_size",
+        "it must equal --rollout.batch_size",
+    ),
     "moe-aux-loss-with-dppo": (
         lambda a: a + ["--actor.aux_loss_coef", "0.01"], "--actor.aux_loss_coef",
         "cannot carry DPPO's per-sequence weights",

@@ -86,7 +86,8 @@ def test_the_table_generator_rewrites_only_the_marked_section(tmp_path):
 def test_flags_md_names_only_flags_that_exist_and_leaves_the_table_to_the_readme():
     text = (ROOT / "docs" / "FLAGS.md").read_text()
     known = set(full_parser()._option_string_actions)
-    named = set(re.findall(r"(?<![\w-])--[a-z]\w*(?:\.\w+)+\*?", text))  # `--a.b_*` names a family
+    # `--a.b_*` and `--a.b.*` name a family
+    named = set(re.findall(r"(?<![\w-])--[a-z]\w*(?:\.\w+)+(?:\.?\*)?", text))
 
     def exists(flag: str) -> bool:
         return any(k.startswith(flag[:-1]) for k in known) if flag.endswith("*") else flag in known

@@ -40,3 +40,47 @@ def test_worker_pythonpath_puts_this_checkout_and_the_stand_in_first_once(repo_r
 
     monkeypatch.setenv("PYTHONPATH", f"/elsewhere:{repo_root}:/other")
     assert worker_pythonpath().split(":") == [str(repo_root), STUB_PATH, "/elsewhere", "/other"]
+
+
+def parsed(extra: list[str]):
+    """The namespace a train_dppo_ray command line gives ``train(args)`` (stopped before Ray)."""
+    from openrlhf_dppo.cli import train_dppo_ray
+
+    base = [
+        "--actor.model_name_or_path", "Qwen/Qwen3-0.6B", "--data.prompt_dataset", "openai/gsm8k",
+        "--rollout.batch_size", "8", "--rollout.n_samples_per_prompt", "4", "--train.batch_size", "32",
+        "--data.max_len", "64", "--rollout.max_new_tokens", "32",
+    ]  # fmt: skip
+    out = {}
+    train_dppo_ray.main(base + extra, train_fn=lambda a: out.setdefault("args", a))
+    return out["args"]
+
+
+DPPO_RUN = ["--reward.remote_url", "reward.py", "--algo.advantage.estimator", "group_norm"]
+
+
+def test_stand_in_gpus_count_every_group_and_engine_so_no_placement_group_waits_forever():
+    # DP = 2 actor, a reference on 2 GPUs (KL on), 2 engines: 6, more than the old fixed 4
+    argv = DPPO_RUN + ["--actor.num_gpus_per_node", "2", "--ref.num_gpus_per_node", "2"]
+    argv += ["--vllm.num_engines", "2"]
+    assert cpu.stand_in_gpus(parsed(argv + ["--algo.kl.init_coef", "0.01"])) == 6
+    assert cpu.stand_in_gpus(parsed(argv + ["--algo.kl.init_coef", "0"])) == 4  # no reference model
+    # colocation shares GPUs: the count is an upper bound of what the placement groups request
+    one = DPPO_RUN + ["--actor.num_gpus_per_node", "1", "--vllm.num_engines", "1", "--algo.kl.init_coef", "0"]
+    assert cpu.stand_in_gpus(parsed(one + ["--train.colocate_all"])) == 2
+    assert cpu.stand_in_gpus(parsed(one + ["--vllm.tensor_parallel_size", "2"])) == 3
+
+
+def test_stand_in_gpus_count_a_reward_model_and_a_critic():
+    grpo = ["--dppo.enable", "false", "--algo.kl.init_coef", "0", "--actor.num_gpus_per_node", "1"]
+    grpo += ["--vllm.num_engines", "1", "--reward.model_name_or_path", "rm"]
+    grpo += ["--reward.num_gpus_per_node", "2"]
+    assert cpu.stand_in_gpus(parsed(grpo + ["--algo.advantage.estimator", "group_norm"])) == 1 + 1 + 2
+    # gae: OpenRLHF's validation makes the reward model the critic (its own group of GPUs)
+    gae = parsed(grpo + ["--algo.advantage.estimator", "gae", "--critic.num_gpus_per_node", "3"])
+    assert gae.critic.model_name_or_path == "rm" and cpu.stand_in_gpus(gae) == 1 + 1 + 2 + 3
+
+
+def test_ray_is_given_a_logical_cpu_for_every_stand_in_gpu_bundle():
+    assert ray_init_kwargs({}, fake_gpus=4, num_cpus=None)["num_cpus"] >= 8
+    assert ray_init_kwargs({}, fake_gpus=9, num_cpus=None)["num_cpus"] >= 9 + 4

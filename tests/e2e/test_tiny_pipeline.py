@@ -176,6 +176,8 @@ def check_token_accounting(rows: list[dict]) -> None:
         # Something is forwarded every step: a step whose groups all have A == 0 (every reward equal)
         # trains nothing and runs one zero-weight filler, counted apart from the trained samples.
         assert r["samples/trained"] + r.get("samples/fillers", 0.0) >= 1, r
+        # nothing is trained only when every completion had A == 0 and was dropped exactly (p = 0)
+        assert r["samples/trained"] >= 1 or r.get("dppo/completion_zero_prob_frac") == 1.0, r
     assert sum(r["samples/trained"] for r in rows) >= 1, "no step trained anything"
 
 

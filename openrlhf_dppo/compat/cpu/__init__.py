@@ -44,7 +44,13 @@ from openrlhf_dppo.compat.cpu.patches import (
     enabled,
     install,
 )
-from openrlhf_dppo.compat.cpu.ray_init import SETUP_HOOK, ray_init_kwargs, worker_pythonpath, wrap_ray_init
+from openrlhf_dppo.compat.cpu.ray_init import (
+    SETUP_HOOK,
+    ray_init_kwargs,
+    stand_in_gpus,
+    worker_pythonpath,
+    wrap_ray_init,
+)
 from openrlhf_dppo.compat.cpu.watchdog import Watchdog, heartbeat
 from openrlhf_dppo.compat.cpu.weight_sync import (
     DIGEST_REQUEST,
@@ -79,6 +85,7 @@ __all__ = [
     "install",
     "log",
     "ray_init_kwargs",
+    "stand_in_gpus",
     "tensor_digest",
     "worker_setup",
 ]
@@ -107,7 +114,8 @@ def apply(
 ) -> bool:
     """Make OpenRLHF's Ray pipeline run on this CPU-only machine; returns False (no-op) with CUDA.
 
-    ``fake_gpus``: GPU resources Ray advertises (actor + engines + reference need one each).
+    ``fake_gpus``: GPU resources Ray advertises; ``stand_in_gpus(args)`` is what a run needs (every
+    model group and engine on GPUs of its own).
     ``stall_s`` / ``startup_s``: watchdog limits (env ``OPENRLHF_DPPO_WATCHDOG_S``, default 600 / 900).
     ``switches``: ``name=False`` turns a patch off, ``name=True`` on despite the environment (names
     in ``PATCHES``).

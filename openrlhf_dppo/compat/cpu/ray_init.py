@@ -64,6 +64,29 @@ def wrap_ray_init(
     once(ray, "init", factory)
 
 
+def stand_in_gpus(args) -> int:
+    """The stand-in GPUs a run needs: every GPU OpenRLHF 0.11.2's ``train(args)`` can ask for, counting
+    each model group and each vLLM engine on GPUs of its own (colocation only shares them, so this
+    bounds what its placement groups request). Too few and a placement group waits forever.
+
+    args: the hierarchical namespace OpenRLHF's validation made (critic and reward paths resolved).
+    """
+
+    def gpus(group) -> int:
+        return group.num_nodes * group.num_gpus_per_node
+
+    total = gpus(args.actor)
+    if args.algo.kl.init_coef > 0:  # a reference model
+        total += gpus(args.ref)
+    if args.vllm.num_engines:
+        total += args.vllm.num_engines * args.vllm.tensor_parallel_size
+    if args.critic.model_name_or_path:
+        total += gpus(args.critic)
+    if not args.reward.remote_url:  # reward models (a reward function or agent needs no GPU)
+        total += gpus(args.reward)
+    return max(1, total)
+
+
 def ray_init_kwargs(kwargs: dict, fake_gpus: int, num_cpus: int | None) -> dict:
     """``ray.init`` arguments with ``fake_gpus`` GPU resources (OpenRLHF's ``{"GPU": 1}`` bundles wait
     forever otherwise) and a runtime_env that carries the setup hook and our environment to every
@@ -82,7 +105,8 @@ def ray_init_kwargs(kwargs: dict, fake_gpus: int, num_cpus: int | None) -> dict:
     if os.environ.get("RAY_ADDRESS") or kwargs.get("address"):
         return out
     out.setdefault("num_gpus", fake_gpus)
-    out.setdefault("num_cpus", num_cpus or max(8, os.cpu_count() or 1))
+    # each of OpenRLHF's {"GPU": 1, "CPU": 1} bundles also holds a (logical) CPU
+    out.setdefault("num_cpus", num_cpus or max(8, fake_gpus + 4, os.cpu_count() or 1))
     out.setdefault("include_dashboard", False)
     return out
 
