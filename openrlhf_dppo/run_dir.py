@@ -65,6 +65,11 @@ EVAL_NUM_SAMPLES = "eval_num_samples"  # eval lines: prompts x samples per promp
 TOKENS_GENERATED, TOKENS_TRAINED, TOKENS_PRUNED = "tokens/generated", "tokens/trained", "tokens/pruned"
 SAMPLES_GENERATED, SAMPLES_TRAINED, SAMPLES_PRUNED = "samples/generated", "samples/trained", "samples/pruned"
 PROMPTS_DRAWN, PROMPTS_ROLLED_OUT, PROMPTS_PRUNED = "prompts/drawn", "prompts/rolled_out", "prompts/pruned"
+SAMPLES_FILTERED, TOKENS_FILTERED = "samples/filtered", "tokens/filtered"  # dynamic filtering dropped them
+SAMPLES_FILLERS, TOKENS_FILLERS = (
+    "samples/fillers",
+    "tokens/fillers",
+)  # forwarded with weight 0, not counted as trained
 TOKEN_KEYS = (TOKENS_GENERATED, TOKENS_TRAINED, TOKENS_PRUNED)
 SAMPLE_KEYS = (SAMPLES_GENERATED, SAMPLES_TRAINED, SAMPLES_PRUNED)
 TOKENS_PER_SEC = "perf/tokens_per_sec"

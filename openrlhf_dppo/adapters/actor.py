@@ -31,6 +31,7 @@ from openrlhf.trainer.ppo_utils.replay_buffer import NaiveReplayBuffer
 from openrlhf.trainer.ray import ppo_actor
 from openrlhf.utils.loss_utils import _get_dp_group
 
+from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters._ray import remote_like, swap_attr, unwrap_actor_class
 from openrlhf_dppo.adapters.dispatch import SAMPLE_WEIGHT, read_plan
 
@@ -86,7 +87,7 @@ def micro_batch_counts(experience) -> torch.Tensor:
     return torch.stack([live.sum().double(), tokens[live].sum(), (~live).sum().double(), tokens[~live].sum()])
 
 
-COUNT_KEYS = ("samples/trained", "tokens/trained", "samples/fillers", "tokens/fillers")
+COUNT_KEYS = (rd.SAMPLES_TRAINED, rd.TOKENS_TRAINED, rd.SAMPLES_FILLERS, rd.TOKENS_FILLERS)
 
 
 def step_counts(counts: torch.Tensor, epochs: int, strategy) -> dict:

@@ -36,6 +36,7 @@ from openrlhf.trainer.ppo_utils.experience import split_experience_batch
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
+from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters.dispatch import SAMPLE_WEIGHT, build_dispatch, num_optimizer_steps
 from openrlhf_dppo.adapters.samples_generator import response_tokens
 from openrlhf_dppo.adapters.step import PROMPT_ATTR, PromptDraw, StepContext
@@ -164,7 +165,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         metrics.update(ctx.dispatch.metrics)
         ctx.metrics.update(metrics)
         pruned = (~mask).nonzero().flatten().tolist()  # counted where the mask is drawn
-        ctx.add({"samples/pruned": len(pruned), "tokens/pruned": sum(tokens[i] for i in pruned)})
+        ctx.add({rd.SAMPLES_PRUNED: len(pruned), rd.TOKENS_PRUNED: sum(tokens[i] for i in pruned)})
         return experiences
 
     # ---- 5-6: advantages, normalisers ------------------------------------------------------------

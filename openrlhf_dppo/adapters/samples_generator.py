@@ -42,6 +42,7 @@ import torch
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _collect_prompt_batch
 from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 
+from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters.step import PROMPT_ATTR, DrawRecord, PromptDraw, StepContext
 from openrlhf_dppo.core import prune_prompts, step_generator
 
@@ -87,13 +88,13 @@ class DPPOSamplesGenerator(SamplesGenerator):
         filtered = ctx.filtered[before:]
         filtered_tokens = sum(map(response_tokens, filtered))
         ctx.add({
-            "samples/generated": len(samples) + len(filtered),
-            "tokens/generated": sum(map(response_tokens, samples)) + filtered_tokens,
-            "samples/filtered": len(filtered),
-            "tokens/filtered": filtered_tokens,
+            rd.SAMPLES_GENERATED: len(samples) + len(filtered),
+            rd.TOKENS_GENERATED: sum(map(response_tokens, samples)) + filtered_tokens,
+            rd.SAMPLES_FILTERED: len(filtered),
+            rd.TOKENS_FILTERED: filtered_tokens,
         })  # fmt: skip
         if not self.dppo.enable:
-            ctx.add({"prompts/drawn": consumed, "prompts/rolled_out": consumed, "prompts/pruned": 0})
+            ctx.add({rd.PROMPTS_DRAWN: consumed, rd.PROMPTS_ROLLED_OUT: consumed, rd.PROMPTS_PRUNED: 0})
         return out
 
     def _one_draw(self, **generate_kwargs):
@@ -178,9 +179,9 @@ class DPPOSamplesGenerator(SamplesGenerator):
         )
         ctx.metrics.update(metrics)
         ctx.add({
-            "prompts/drawn": ctx.draw.drawn,
-            "prompts/rolled_out": ctx.draw.rolled_out,
-            "prompts/pruned": len(prompts) - len(kept),
+            rd.PROMPTS_DRAWN: ctx.draw.drawn,
+            rd.PROMPTS_ROLLED_OUT: ctx.draw.rolled_out,
+            rd.PROMPTS_PRUNED: len(prompts) - len(kept),
         })  # fmt: skip
         return experiences, ctx.draw.drawn, exhausted
 

@@ -33,6 +33,7 @@ import torch
 from openrlhf.trainer import ppo_trainer
 from openrlhf.utils.logging_utils import init_logger
 
+from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters._ray import remote_like, swap_attr, unwrap_actor_class
 from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker
 from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError
@@ -169,7 +170,7 @@ class _DPPOTrainer(_PPOTrainerBase):
         if stats is not None:  # the raw rewards (OpenRLHF's statistics follow the length penalties)
             status.update(stats)
         else:  # a reward model scored the batch: OpenRLHF's statistics, q = 1 for every prompt
-            status["rollout/reward_ht"] = status["rollout/reward_mean"]
+            status[rd.REWARD_HT] = status[rd.REWARD_MEAN]
         status.update(ctx.metrics)
         check_accounting(status)
         return status, step
@@ -179,8 +180,8 @@ class _DPPOTrainer(_PPOTrainerBase):
         """GRPO: OpenRLHF's experience maker; every experience it hands the actors is trained."""
         experiences = make(rollout_samples)
         tokens = sum(int(e.action_mask.sum()) for e in experiences)
-        ctx.add({"samples/trained": sum(len(e.sequences) for e in experiences), "tokens/trained": tokens})
-        ctx.add({"samples/pruned": 0, "tokens/pruned": 0})
+        ctx.add({rd.SAMPLES_TRAINED: sum(len(e.sequences) for e in experiences), rd.TOKENS_TRAINED: tokens})
+        ctx.add({rd.SAMPLES_PRUNED: 0, rd.TOKENS_PRUNED: 0})
         return experiences
 
     def _planned_balance(self, ctx: StepContext, experiences, args):
@@ -195,9 +196,9 @@ class _DPPOTrainer(_PPOTrainerBase):
     # ---- logs, checkpoints, evaluation -----------------------------------------------------------
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         logs_dict = {} if logs_dict is None else logs_dict
-        total = logs_dict.get("timing/step_total")
-        if total and "tokens/generated" in logs_dict:
-            logs_dict["perf/tokens_per_sec"] = logs_dict["tokens/generated"] / total
+        total = logs_dict.get(rd.STEP_TOTAL)
+        if total and rd.TOKENS_GENERATED in logs_dict:
+            logs_dict[rd.TOKENS_PER_SEC] = logs_dict[rd.TOKENS_GENERATED] / total
         if logs_dict:
             self.run_dir.log("train", global_step, logs_dict)
         if client_states is not None and self.dppo.enable:
