@@ -13,16 +13,16 @@
 #   bash benchmarks/time_to_accuracy.sh                     # SEEDS="1 2 3", ARMS="grpo shrink refill df"
 #   SEEDS="1" STEPS=50 bash benchmarks/time_to_accuracy.sh  # a quick look
 #
-# Environment: SEEDS, ARMS, STEPS (150), OUT (runs/tta), DF_RANGE ("0.01 0.99": groups whose mean reward
-# is outside are dropped and replaced), PYTHON (.venv/bin/python), LOCK (unset: when set, each run holds
-# this flock(1) lock file, so other heavy work on a shared machine waits between runs, not during one).
+# Environment: SEEDS, ARMS, STEPS (train_tiny_cpu.sh's default, 150), OUT (runs/tta), DF_RANGE
+# ("0.01 0.99": groups whose mean reward is outside are dropped and replaced), PYTHON (.venv/bin/python),
+# LOCK (unset; when set, each run holds this flock(1) lock file, so other heavy work on a shared machine
+# waits between runs, not during one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 OUT=${OUT:-runs/tta}
 SEEDS=${SEEDS:-1 2 3}
 ARMS=${ARMS:-grpo shrink refill df}
-export STEPS=${STEPS:-150}
 read -r -a DF_RANGE <<< "${DF_RANGE:-0.01 0.99}"
 
 arm_env() {  # arm -> "ALGO extra-flags..."

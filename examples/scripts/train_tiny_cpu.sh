@@ -12,7 +12,7 @@
 # Environment (defaults in brackets):
 #   ALGO [grpo]          grpo | dppo
 #   SEED [1]             training seed (--train.seed) and DPPO's pruning seed (--dppo.seed)
-#   STEPS [300]          training steps (--dppo.max_steps; enough episodes are passed to cover them)
+#   STEPS [150]          training steps (--dppo.max_steps; enough episodes are passed to cover them)
 #   LR [1e-3]            actor learning rate (constant, no warm-up)
 #   PROMPTS [64]         prompts per step;  SAMPLES [8]: completions per prompt (temperature 1)
 #   EVAL_STEPS [10]      evaluate the held-out set every this many steps (greedy, 500 prompts)
@@ -35,7 +35,7 @@ esac
 PY=${PYTHON:-.venv/bin/python}
 TINY=${TINY:-.cache/tiny}
 OUT=${OUT:-runs/tiny_cpu/$ALGO}
-STEPS=${STEPS:-300}
+STEPS=${STEPS:-150}
 PROMPTS=${PROMPTS:-64}
 SAMPLES=${SAMPLES:-8}
 POOL=2000  # prompts in $TINY/data/train.jsonl (openrlhf_dppo.tiny.build.N_TRAIN)
