@@ -105,7 +105,8 @@ def main(argv=None) -> list[dict]:
         rows.append({"arm": name, "end": ends, "final": finals, "baseline_then": base_then,
                      "at": dict(zip(args.fractions, cells))})  # fmt: skip
         end = f"{statistics.fmean(ends):.1f}" + (f" ± {statistics.stdev(ends):.1f}" if len(ends) > 1 else "")
-        cols = [name, str(len(runs)), end, fmt(finals), fmt(base_then)] + [fmt(c) for c in cells]
+        then = "(baseline)" if name == baseline else fmt(base_then)
+        cols = [name, str(len(runs)), end, fmt(finals), then] + [fmt(c) for c in cells]
         print("| " + " | ".join(cols) + " |")
     return rows
 
