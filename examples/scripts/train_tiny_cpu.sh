@@ -39,7 +39,11 @@ STEPS=${STEPS:-150}
 PROMPTS=${PROMPTS:-64}
 SAMPLES=${SAMPLES:-8}
 POOL=2000  # prompts in $TINY/data/train.jsonl (openrlhf_dppo.tiny.build.N_TRAIN)
-EPISODES=$(( (STEPS * PROMPTS + POOL - 1) / POOL ))  # --dppo.max_steps stops the run at STEPS
+# Episodes enough for STEPS steps even when a step draws more than PROMPTS prompts: DPPO refill draws
+# floor(PROMPTS / (1 - r_q)) per step and dynamic filtering draws until PROMPTS groups pass its filter
+# (about 1.8 x PROMPTS here). --dppo.max_steps stops the run at STEPS, so the surplus is never drawn.
+DRAW_FACTOR=4
+EPISODES=$(( (DRAW_FACTOR * STEPS * PROMPTS + POOL - 1) / POOL ))
 
 CMD=("$PY" -m openrlhf_dppo.cli.train_dppo_ray
   --actor.model_name_or_path "$TINY/model"

@@ -27,6 +27,7 @@ import contextlib
 import functools
 import math
 import os
+import sys
 import time
 
 import torch
@@ -265,7 +266,15 @@ class _DPPOTrainer(_PPOTrainerBase):
         except BaseException:
             self.run_dir.status("failed", self._last_step)
             raise
-        self.run_dir.status("finished", self._last_step)
+        reason = None
+        if self.step_limit is not None and self._last_step < self.step_limit:
+            # the prompts ran out first (refill and dynamic filtering draw more than a batch per step)
+            reason = (
+                f"the prompt data ran out after {self._last_step} of --dppo.max_steps {self.step_limit} steps; "
+                "raise --train.num_episodes"
+            )
+            print(f"[dppo] warning: {reason}", file=sys.stderr, flush=True)
+        self.run_dir.status("finished", self._last_step, reason=reason)
 
 
 DPPOTrainer = remote_like(ppo_trainer.PPOTrainer, _DPPOTrainer)

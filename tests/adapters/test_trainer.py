@@ -111,6 +111,26 @@ def test_a_resumed_run_reports_the_restored_step_from_its_first_status_never_ste
     assert (saved["state"], saved["step"], saved["max_steps"]) == ("failed", 6, 9)
 
 
+def test_a_run_whose_prompts_run_out_before_max_steps_says_so(tmp_path, monkeypatch, capsys):
+    args = make_args(base_argv() + ["--dppo.max_steps", "9"])
+    run = RunDir(str(tmp_path / "run"), max_steps=9)
+    t = bare_trainer(args, DPPOConfig(), run, CheckpointGroup({}))
+    t.step_limit = 9  # what __init__ reads from --dppo.max_steps
+    t.samples_generator.generate_samples = lambda **kwargs: ([], 0.0, 0, True)
+    t.eval_dataloader = None
+    monkeypatch.setattr(t, "init_checkpoint_states", lambda: {"global_step": 0})
+
+    def host_fit(self, global_step=0):  # OpenRLHF's fit: the dataloader ends after 4 steps
+        self._last_step = 4
+
+    monkeypatch.setattr(Trainer.__mro__[1], "fit", host_fit)
+    t.fit(0)
+    saved = json.load(open(tmp_path / "run" / "status.json"))
+    assert (saved["state"], saved["step"], saved["max_steps"]) == ("finished", 4, 9)
+    assert "ran out after 4 of --dppo.max_steps 9" in saved["reason"]
+    assert "--train.num_episodes" in capsys.readouterr().err
+
+
 # ---- one controller step: samples generator -> experience maker -> dispatch -> per-rank buffers ------
 
 
