@@ -30,7 +30,8 @@ class RunOptions:
     )
     max_steps: int | None = option(
         None,
-        "stop after this many training steps (DPPO and --dppo.enable false alike), >= 1; unset: "
+        "stop after this many training steps (DPPO and --dppo.enable false alike), >= 1; if "
+        "--train.num_episodes runs out first the run ends there with a warning in status.json; unset: "
         "OpenRLHF's episodes and epochs decide",
         default_text="unset",
     )
