@@ -106,6 +106,27 @@ def run(args: argparse.Namespace) -> int:
         f"[dppo-launch] job {task.job_id} restart {task.restart} task {task.rank}/{task.num_nodes}",
         flush=True,
     )
+    run_dir = run_files_dir(args.command)
+    ckpt = get_flag(args.command, "--ckpt.path")
+
+    def conclude(rc: int) -> tuple[int, Outcome | None]:
+        if state.get("terminated"):
+            rc = -signal.SIGTERM  # the teardown stopped the trainer (or it died of the same SIGTERM)
+        outcome = settle(
+            rc,
+            job_state=slurm_job_state(task.job_id, task.restart) if rc != 0 else None,
+            terminated=bool(state.get("terminated")),
+            requeue_asked=rdv.requeue_requested(),
+            requeue_wait_s=0.0,  # the batch script requeues by itself (mark-requeue first)
+        )
+        if outcome is not None:
+            if run_dir is not None and ckpt:
+                report(outcome, run_dir, ckpt)
+            else:
+                print(f"[dppo-launch] {outcome.state}: {outcome.reason}", flush=True)
+        return rc, outcome
+
+    concluded: list[tuple[int, Outcome | None]] = []  # recorded before Ray is stopped (run_head)
     try:
         if task.rank != 0:
             run_worker(rdv, num_cpus=num_cpus, num_gpus=num_gpus, join_timeout_s=args.join_timeout)
@@ -118,27 +139,16 @@ def run(args: argparse.Namespace) -> int:
             num_gpus=num_gpus,
             port=free_port(),
             join_timeout_s=args.join_timeout,
+            on_driver_exit=lambda code: concluded.append(conclude(code)),
         )
     except Terminated:
         if task.rank != 0:
             return 128 + signal.SIGTERM
         rc = -signal.SIGTERM  # run_head's teardown stopped the trainer
     signal.signal(signal.SIGTERM, lambda signum, frame: state.update(terminated=True))
-    outcome = settle(
-        rc,
-        job_state=slurm_job_state(task.job_id, task.restart) if rc != 0 else None,
-        terminated=bool(state.get("terminated")),
-        requeue_asked=rdv.requeue_requested(),
-        requeue_wait_s=0.0,  # the batch script requeues by itself (mark-requeue first)
-    )
+    rc, outcome = concluded[0] if concluded else conclude(rc)
     if outcome is None:
         return 0
-    run_dir = run_files_dir(args.command)
-    ckpt = get_flag(args.command, "--ckpt.path")
-    if run_dir is not None and ckpt:
-        report(outcome, run_dir, ckpt)
-    else:
-        print(f"[dppo-launch] {outcome.state}: {outcome.reason}", flush=True)
     return 0 if outcome.state == "requeued" else (rc if rc > 0 else 128 - rc)
 
 

@@ -255,10 +255,15 @@ def run_head(
     env: dict[str, str] | None = None,
     on_head_start=None,
     on_driver_start=None,
+    on_driver_exit=None,
 ) -> int:
     """Task 0: start the head, wait for `num_nodes` nodes, run `driver_cmd`; returns its exit code
     (`Popen.returncode`: negative for a signal) once the driver and Ray are stopped. It never waits for
-    anything after the driver ended: what the exit means is the caller's call (launch/status.py)."""
+    anything after the driver ended: what the exit means is the caller's call (launch/status.py).
+
+    `on_driver_exit(returncode)` runs once the driver is gone and before Ray is stopped, with the job's
+    signals held: after a cancel Slurm SIGKILLs the task `KillWait` seconds after its SIGTERM, and
+    stopping Ray can take longer than that, so whatever must be recorded is recorded there."""
     address = f"{node_ip()}:{port}"
     head = subprocess.Popen(
         ray_start_command(
@@ -287,8 +292,12 @@ def run_head(
         with signals_held():
             rdv.mark_done()
             stop_process_group(driver)
-            stop_process_group(head)
-            shutil.rmtree(rdv.ray_temp_dir, ignore_errors=True)
+            try:
+                if on_driver_exit is not None and driver is not None and driver.returncode is not None:
+                    on_driver_exit(driver.returncode)
+            finally:
+                stop_process_group(head)
+                shutil.rmtree(rdv.ray_temp_dir, ignore_errors=True)
 
 
 def run_worker(

@@ -12,8 +12,10 @@
    gets `--stop-grace` seconds to do so), submitit requeues the job (`scontrol requeue`), and the run is
    marked requeued in status.json.
 4. When the trainer dies otherwise, the run is marked failed (with the exit code or signal), cancelled,
-   or requeued (by Slurm) at once (`launch.status`); only after a SIGTERM to a job that Slurm keeps
-   running (a preemption whose USR2 is on its way) does task 0 wait `--requeue-wait` s for the requeue.
+   or requeued (by Slurm) at once (`launch.status`), as soon as the trainer is gone and before Ray is
+   stopped (a cancelled task is SIGKILLed `KillWait` s after its SIGTERM); only after a SIGTERM to a job
+   that Slurm keeps running (a preemption whose USR2 is on its way) does task 0 wait `--requeue-wait` s
+   for the requeue.
 """
 
 from __future__ import annotations
@@ -78,10 +80,13 @@ class RayJob(submitit.helpers.Checkpointable):
         self._driver = None  # the running trainer (task 0)
         self._requeue_asked = False  # checkpoint() ran: submitit requeues the job and exits
         self._terminated = False  # the task got SIGTERM (a cancel, a requeue, a preemption)
+        self._settled: tuple[Outcome | None, bool] | None = (
+            None  # (outcome, recorded) once the trainer is gone
+        )
 
     def __getstate__(self):  # the trainer's handle and this run's flags are not part of the resubmission
         state = dict(self.__dict__)
-        state.update(_head=None, _driver=None, _requeue_asked=False, _terminated=False)
+        state.update(_head=None, _driver=None, _requeue_asked=False, _terminated=False, _settled=None)
         return state
 
     def __call__(self) -> dict | None:
@@ -107,27 +112,44 @@ class RayJob(submitit.helpers.Checkpointable):
             join_timeout_s=self.join_timeout_s,
             on_head_start=self._set_head,
             on_driver_start=self._set_driver,
+            on_driver_exit=lambda code: self._driver_exited(task, code),
         )
         self._driver = None
-        outcome = settle(
-            rc,
-            job_state=slurm_job_state(task.job_id, task.restart) if rc != 0 else None,
-            terminated=self._terminated,
-            requeue_asked=self._requeue_asked,
-            requeue_wait_s=self.requeue_wait_s,
-        )
+        outcome, recorded = self._settled or (self._settle(task, rc), False)
         if outcome is None:
             return job_summary(self.command.status_dir, job_id=task.job_id, restarts=task.restart)
         if outcome.wait_s > 0:
             print(f"[dppo-launch] {outcome.reason} yet: waiting {outcome.wait_s:.0f}s for it", flush=True)
             time.sleep(outcome.wait_s)  # the requeue signal's handler (checkpoint) exits from here
             outcome = dataclasses.replace(outcome, reason=f"{outcome.reason} within {outcome.wait_s:.0f}s")
-        self._report(outcome)
+        if not recorded:
+            self._report(outcome)
         if outcome.state == "requeued":  # by Slurm: the job restarts; this run leaves no result
             sys.exit(1)
         raise RuntimeError(
             f"{outcome.reason} (its output is in {env.paths.stdout}): {shlex.join(self.command.argv)}"
         )
+
+    def _settle(self, task: SlurmTask, rc: int) -> Outcome | None:
+        return settle(
+            rc,
+            job_state=slurm_job_state(task.job_id, task.restart) if rc != 0 else None,
+            terminated=self._terminated,
+            requeue_asked=self._requeue_asked,
+            requeue_wait_s=self.requeue_wait_s,
+        )
+
+    def _driver_exited(self, task: SlurmTask, rc: int) -> None:
+        """The trainer is gone, Ray is not stopped yet: decide what its end means and record it now
+        unless a requeue signal is awaited (a cancelled task is SIGKILLed `KillWait` s after its SIGTERM)."""
+        self._driver = None
+        if self._requeue_asked:  # checkpoint() stopped it and has recorded the requeue
+            return
+        outcome = self._settle(task, rc)
+        recorded = outcome is not None and outcome.wait_s == 0
+        if recorded:
+            self._report(outcome)
+        self._settled = (outcome, recorded)
 
     def _report(self, outcome: Outcome) -> None:
         report(outcome, self.command.status_dir, self.command.ckpt_path)
@@ -158,6 +180,11 @@ class RayJob(submitit.helpers.Checkpointable):
         if head is not None:
             terminate_group(head.pid, 20.0)
         self._report(Outcome("requeued", "the launcher stopped the trainer and requeued the job"))
+        # submitit runs `scontrol requeue` next, as a child of this task. The requeue SIGTERMs every
+        # process of the job, and it can do so before that scontrol has read the reply and exited; the
+        # requeue then happened but submitit sees scontrol killed and fails the run. An ignored signal
+        # stays ignored across exec: scontrol finishes. This task only exits from here on.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 

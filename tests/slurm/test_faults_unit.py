@@ -159,6 +159,49 @@ def test_a_cancelled_job_is_recorded_as_cancelled_and_does_not_wait_for_a_requeu
     assert "requeue" not in capsys.readouterr().out
 
 
+def test_a_cancel_is_recorded_before_ray_is_stopped_and_once(
+    tmp_path, monkeypatch, scontrol, slurm_env, capsys
+):
+    # Slurm SIGKILLs a cancelled task KillWait s (default 30, 10 on the local cluster) after its
+    # SIGTERM; stopping Ray can take longer, so the record must not wait for it
+    scontrol.set("COMPLETING", acct="CANCELLED by 0\n")
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    job = _job(tmp_path, requeue_wait_s=30)
+    _trainer_ran(job, last_step=5, ckpt_step=4)
+    during_teardown = []
+
+    def run_head(rdv, cmd, on_driver_exit, **kwargs):
+        on_driver_exit(-signal.SIGTERM)  # the trainer is gone; Ray is being stopped from here on
+        during_teardown.append(_status(job))
+        return -signal.SIGTERM
+
+    monkeypatch.setattr(L, "run_head", run_head)
+    with pytest.raises(RuntimeError, match="the job was cancelled; the trainer was killed by signal 15"):
+        job()
+    (status,) = during_teardown
+    assert status["state"] == "cancelled" and status["step"] == 5
+    assert capsys.readouterr().out.count("run marked cancelled") == 1
+
+
+def test_a_sigterm_awaiting_its_requeue_signal_is_not_recorded_before_the_wait(
+    tmp_path, monkeypatch, scontrol, slurm_env
+):
+    job = _job(tmp_path, requeue_wait_s=1)
+    _trainer_ran(job, last_step=3, ckpt_step=2)
+    during_teardown = []
+
+    def run_head(rdv, cmd, on_driver_exit, **kwargs):
+        _sigterm_to_self(kwargs)
+        on_driver_exit(-signal.SIGTERM)
+        during_teardown.append(_status(job)["state"])
+        return -signal.SIGTERM
+
+    monkeypatch.setattr(L, "run_head", run_head)
+    with pytest.raises(RuntimeError, match="and no requeue followed within 1s"):
+        job()
+    assert during_teardown == ["running"] and _status(job)["state"] == "failed"
+
+
 def test_a_job_slurm_requeues_shows_requeued_at_the_newest_checkpoint_and_leaves_no_result(
     tmp_path, monkeypatch, scontrol, slurm_env
 ):
@@ -239,6 +282,51 @@ def test_the_time_limit_signal_stops_the_trainer_and_ray_and_marks_the_run_reque
     assert status["state"] == "requeued" and status["step"] == 4
     assert status["reason"] == "the launcher stopped the trainer and requeued the job"
     assert job.__getstate__()["_requeue_asked"] is False  # the resubmission starts clean
+    # submitit's `scontrol requeue` runs next as a child of this task, and the requeue SIGTERMs the
+    # whole job: the child must outlive that SIGTERM (an ignored signal stays ignored across exec)
+    child = subprocess.run(["sh", "-c", "kill -TERM $$; echo outlived"], capture_output=True, text=True)
+    assert child.stdout == "outlived\n"
+
+
+def test_run_head_reports_the_trainers_exit_before_it_stops_ray(tmp_path, monkeypatch):
+    heads = []
+
+    def ray_start(**kwargs):
+        return ["sleep", "60"]  # Ray stand-in
+
+    monkeypatch.setattr(RC, "ray_start_command", ray_start)
+    monkeypatch.setattr(RC, "wait_for_nodes", lambda *args, **kwargs: ["node-1"])
+    rdv = RC.Rendezvous.for_job(tmp_path / "rdv", JOB, 0, temp_root=tmp_path)
+    os.makedirs(rdv.ray_temp_dir)
+    seen = []
+    rc = RC.run_head(
+        rdv,
+        ["bash", "-c", "exit 7"],
+        num_nodes=1,
+        num_cpus=1,
+        num_gpus=0,
+        port=1,
+        join_timeout_s=5,
+        on_head_start=heads.append,
+        on_driver_exit=lambda code: seen.append((code, heads[0].poll(), os.path.exists(rdv.ray_temp_dir))),
+    )
+    assert rc == 7 and seen == [(7, None, True)]  # Ray still up and its temp dir there when told
+    assert heads[0].poll() == -signal.SIGTERM and not os.path.exists(rdv.ray_temp_dir)
+
+
+def test_sbatch_node_records_a_cancel_before_ray_is_stopped(tmp_path, monkeypatch, scontrol, slurm_env):
+    scontrol.set("COMPLETING", acct="CANCELLED by 0\n")
+    during_teardown = []
+
+    def run_head(rdv, cmd, on_driver_exit, **kwargs):
+        on_driver_exit(-signal.SIGKILL)
+        during_teardown.append(json.loads((tmp_path / "run" / "status.json").read_text())["state"])
+        return -signal.SIGKILL
+
+    monkeypatch.setattr(N, "run_head", run_head)
+    cmd = C.build_train_command([], run_dir=tmp_path / "run", entry="x.py").argv
+    assert N.main(["run", "--rendezvous-root", str(tmp_path / "rdv"), "--", *cmd]) == 128 + signal.SIGKILL
+    assert during_teardown == ["cancelled"]
 
 
 def test_run_head_returns_as_soon_as_a_killed_trainer_is_gone(tmp_path, monkeypatch):
