@@ -16,7 +16,8 @@
 # Environment: SEEDS, ARMS, STEPS (train_tiny_cpu.sh's default, 150), OUT (runs/tta), DF_RANGE
 # ("0.01 0.99": groups whose mean reward is outside are dropped and replaced), PYTHON (.venv/bin/python),
 # LOCK (unset; when set, each run holds this flock(1) lock file, so other heavy work on a shared machine
-# waits between runs, not during one).
+# waits between runs, not during one), TINY (train_tiny_cpu.sh's task assets). Without grpo in ARMS
+# (re-running some arms next to an earlier baseline) the runs are made and the compare command printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -52,4 +53,10 @@ done
 
 args=()
 for arm in $ARMS; do args+=(--arm "$arm=$OUT/${arm}_s*"); done
+if [[ " $ARMS " != *" grpo "* ]]; then  # e.g. ARMS="refill df" next to an earlier run's grpo arm
+  echo "[tta] no grpo arm in ARMS: compare these runs with the baseline's yourself, e.g."
+  quoted=""; for arm in $ARMS; do quoted+=" --arm '$arm=$OUT/${arm}_s*'"; done
+  echo "      openrlhf-dppo compare --arm grpo='<runs>/grpo_s*'$quoted --baseline grpo --out $OUT/report"
+  exit 0
+fi
 "$PY" -m openrlhf_dppo.cli.main compare "${args[@]}" --baseline grpo --out "$OUT/report"
