@@ -27,7 +27,6 @@ import contextlib
 import functools
 import math
 import os
-import sys
 import time
 
 import torch
@@ -273,7 +272,7 @@ class _DPPOTrainer(_PPOTrainerBase):
                 f"the prompt data ran out after {self._last_step} of --dppo.max_steps {self.step_limit} steps; "
                 "raise --train.num_episodes"
             )
-            print(f"[dppo] warning: {reason}", file=sys.stderr, flush=True)
+            logger.warning(reason)
         self.run_dir.status("finished", self._last_step, reason=reason)
 
 

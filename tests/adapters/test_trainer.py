@@ -14,6 +14,7 @@ from dppo_pipeline import CheckpointGroup, Trainer, bare_trainer, controller, on
 from dppo_stand_ins import base_argv, make_args
 from openrlhf.trainer import ppo_trainer
 
+from openrlhf_dppo.adapters import trainer as trainer_module
 from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker
 from openrlhf_dppo.adapters.trainer import DPPO_STATE, AccountingError, check_accounting
 from openrlhf_dppo.core import DPPOConfig
@@ -111,7 +112,7 @@ def test_a_resumed_run_reports_the_restored_step_from_its_first_status_never_ste
     assert (saved["state"], saved["step"], saved["max_steps"]) == ("failed", 6, 9)
 
 
-def test_a_run_whose_prompts_run_out_before_max_steps_says_so(tmp_path, monkeypatch, capsys):
+def test_a_run_whose_prompts_run_out_before_max_steps_says_so(tmp_path, monkeypatch):
     args = make_args(base_argv() + ["--dppo.max_steps", "9"])
     run = RunDir(str(tmp_path / "run"), max_steps=9)
     t = bare_trainer(args, DPPOConfig(), run, CheckpointGroup({}))
@@ -124,11 +125,13 @@ def test_a_run_whose_prompts_run_out_before_max_steps_says_so(tmp_path, monkeypa
         self._last_step = 4
 
     monkeypatch.setattr(Trainer.__mro__[1], "fit", host_fit)
+    warned = []
+    monkeypatch.setattr(trainer_module.logger, "warning", warned.append)
     t.fit(0)
     saved = json.load(open(tmp_path / "run" / "status.json"))
     assert (saved["state"], saved["step"], saved["max_steps"]) == ("finished", 4, 9)
     assert "ran out after 4 of --dppo.max_steps 9" in saved["reason"]
-    assert "--train.num_episodes" in capsys.readouterr().err
+    assert warned == [saved["reason"]] and "--train.num_episodes" in warned[0]
 
 
 # ---- one controller step: samples generator -> experience maker -> dispatch -> per-rank buffers ------
