@@ -80,9 +80,8 @@ class RayJob(submitit.helpers.Checkpointable):
         self._driver = None  # the running trainer (task 0)
         self._requeue_asked = False  # checkpoint() ran: submitit requeues the job and exits
         self._terminated = False  # the task got SIGTERM (a cancel, a requeue, a preemption)
-        self._settled: tuple[Outcome | None, bool] | None = (
-            None  # (outcome, recorded) once the trainer is gone
-        )
+        # (outcome, whether it is recorded yet), set by _driver_exited once the trainer is gone
+        self._settled: tuple[Outcome | None, bool] | None = None
 
     def __getstate__(self):  # the trainer's handle and this run's flags are not part of the resubmission
         state = dict(self.__dict__)
