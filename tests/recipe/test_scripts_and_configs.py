@@ -76,7 +76,13 @@ def flat(obj, prefix=""):
             out[prefix + k] = repr(v)
     return out
 
-print("PARSED" + json.dumps([flat(main(argv, train_fn=lambda a: a)) for argv in json.loads(sys.stdin.read())]))
+def parsed(argv):
+    out = flat(main(argv, train_fn=lambda a: a))
+    # OpenRLHF's default run name is the wall clock to the minute: two parses a minute apart differ there
+    out.pop("logger.wandb.run_name")
+    return out
+
+print("PARSED" + json.dumps([parsed(argv) for argv in json.loads(sys.stdin.read())]))
 """
 
 
