@@ -290,11 +290,7 @@ def test_the_time_limit_signal_stops_the_trainer_and_ray_and_marks_the_run_reque
 
 def test_run_head_reports_the_trainers_exit_before_it_stops_ray(tmp_path, monkeypatch):
     heads = []
-
-    def ray_start(**kwargs):
-        return ["sleep", "60"]  # Ray stand-in
-
-    monkeypatch.setattr(RC, "ray_start_command", ray_start)
+    monkeypatch.setattr(RC, "ray_start_command", lambda **kwargs: ["sleep", "60"])  # Ray stand-in
     monkeypatch.setattr(RC, "wait_for_nodes", lambda *args, **kwargs: ["node-1"])
     rdv = RC.Rendezvous.for_job(tmp_path / "rdv", JOB, 0, temp_root=tmp_path)
     os.makedirs(rdv.ray_temp_dir)
