@@ -386,7 +386,9 @@ def test_tiny_dppo_job_resumes_after_preemption_and_its_restored_history_prunes_
     res = L.SlurmResources(nodes=1, gpus_per_node=0, cpus_per_task=2, time_min=20, partition=slurm_cluster)
     job = L.submit(cmd, res, join_timeout_s=180, ray_num_gpus=4, ray_num_cpus=8)
     deadline = time.monotonic() + 420
-    latest = cmd.ckpt_path / "_actor" / "latest"  # written once a checkpoint is complete (its dir comes first)
+    latest = (
+        cmd.ckpt_path / "_actor" / "latest"
+    )  # written once a checkpoint is complete (its dir comes first)
     while not (latest.exists() and latest.read_text().strip() not in ("global_step1", "global_step2")):
         assert time.monotonic() < deadline, "the tiny job did not checkpoint 3 steps in time"
         assert not job.done(), job.task(0).stderr()[-3000:]
