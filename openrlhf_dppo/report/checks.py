@@ -171,13 +171,13 @@ def comparison_warnings(c: Comparison) -> list[str]:
 def curve_warnings(arm: Arm, target: float | None, baseline: bool) -> list[str]:
     """An arm or its seeds at the target from their first smoothed point; a final that trails the
     last reading by more than twice the SE of one eval point (check 5)."""
-    out = []
+    out: list[str] = []
     if arm.curve is None or arm.curve.final is None:
         return out
     if target is not None:
         first = arm.curve.first_smoothed
         seeds = [s.run.name for s in arm.members if s.heldout and s.heldout.at_target_from_start(target)]
-        if arm.curve.at_target_from_start(target):
+        if first is not None and arm.curve.at_target_from_start(target):
             who = f"the baseline {arm.name}" if baseline else arm.name
             out.append(
                 f"{who} is at the held-out target {target:.4f} at its first smoothed eval point (step "

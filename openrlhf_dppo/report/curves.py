@@ -158,8 +158,8 @@ class Curve:
 
     def at_target_from_start(self, target: float) -> bool:
         """Is the first smoothed value already at or above ``target`` (no crossing to measure)?"""
-        first = self.first_smoothed
-        return first is not None and self.smoothed[first] >= target
+        first = next((v for v in self.smoothed if v is not None), None)
+        return first is not None and first >= target
 
     def se(self, p: float | None = None) -> float | None:
         """Standard error of one eval point at accuracy ``p`` (default: the final accuracy)."""
@@ -182,7 +182,8 @@ class Curve:
 
 
 def _mean_or_none(values: Sequence[float | None]) -> float | None:
-    return None if any(v is None for v in values) else statistics.fmean(values)
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if len(known) == len(values) else None
 
 
 def mean_curve(curves: Sequence[Curve]) -> tuple[Curve | None, list[Curve]]:
