@@ -25,12 +25,16 @@ from dataclasses import dataclass, field
 
 from openrlhf_dppo.report import checks as C
 from openrlhf_dppo.report import speedup as S
-from openrlhf_dppo.report.comparability import Difference, config_differences, flatten, is_run_specific
+from openrlhf_dppo.report.comparability import (
+    SEED_KEYS,
+    Difference,
+    arm_differences,
+    flatten,
+    is_run_specific,
+)
 from openrlhf_dppo.report.curves import Curve, Spread, mean_curve, within_spread
 from openrlhf_dppo.report.run import Run
 from openrlhf_dppo.report.summary import RunSummary, Settings, heldout_curve, summarize, train_clock
-
-SEED_KEYS = ("train.seed", "dppo.seed")
 
 
 @dataclass
@@ -187,14 +191,6 @@ def _arm(name: str, members: list[RunSummary], datasets: list[str], window: int)
     return Arm(name, members, curve, seed_curves)
 
 
-def _config_diffs(base: Arm, other: Arm) -> list[Difference]:
-    return [
-        d
-        for d in config_differences(base.members[0].run.config, other.members[0].run.config)
-        if d.key not in SEED_KEYS
-    ]
-
-
 def compare_arms(base: Arm, other: Arm) -> Comparison:
     f = base.mean_of("generation_share")
     r_q, r_o = 1.0 - other.mean_of("prompt_keep"), 1.0 - other.mean_of("completion_keep")
@@ -216,7 +212,7 @@ def compare_arms(base: Arm, other: Arm) -> Comparison:
         r_q=r_q,
         r_o=r_o,
         ideal_ratio=S.ideal_step_ratio(clamp(f), clamp(r_q), clamp(r_o)) if f is not None else None,
-        differences=_config_diffs(base, other),
+        differences=arm_differences(base.members[0].run.config, other.members[0].run.config),
     )
 
 
@@ -240,65 +236,6 @@ def _targets(report_arms: list[Arm], settings: Settings) -> tuple[float | None, 
     else:
         reward_target, reward_source = None, "none (the baseline logged no training reward)"
     return target, source, reward_target, reward_source
-
-
-def _warnings(
-    arm_list: list[Arm],
-    comparisons: list[Comparison],
-    settings: Settings,
-    target: float | None,
-    reward_target: float | None,
-) -> list[str]:
-    """The checks of ``report.checks`` over every run, arm and comparison; the baseline's first."""
-    base, warnings, at_once = arm_list[0], [], []
-    for arm in arm_list:
-        warnings += C.curve_warnings(arm, target, arm is base)
-        for s in arm.members:
-            warnings += C.run_warnings(s, settings, baseline=arm is base)
-            if s.time_to_target is not None and s.time_to_target == s.reward_times[0]:
-                at_once.append(s.run.name)
-        if arm.curve is not None and len(arm.seed_curves) < arm.n:
-            warnings.append(
-                f"arm {arm.name}: {arm.n - len(arm.seed_curves)} of {arm.n} seed(s) have no held-out eval"
-            )
-        if arm.curve is not None and any(
-            len(c.steps) < len(s.heldout.steps) for c, s in zip(arm.seed_curves, arm.members)
-        ):
-            warnings.append(
-                f"arm {arm.name}: its seeds evaluated at different steps; the mean curve uses the "
-                f"{len(arm.curve.steps)} steps they share"
-            )
-        for s in arm.members[1:]:
-            diffs = _config_diffs(arm, Arm(arm.name, [s]))
-            if diffs:
-                warnings.append(
-                    f"arm {arm.name}: {s.run.name} differs from {arm.members[0].run.name} in "
-                    + ", ".join(d.key for d in diffs)
-                )
-    if at_once:
-        who = at_once[0] + " is" if len(at_once) == 1 else ", ".join(at_once) + " are"
-        warnings.append(
-            f"{who} at the target reward {reward_target:.4f} from the first step: the reward time to target "
-            "is one step, not learning (raise --target-reward)"
-        )
-    if base.members[0].run.algo != "grpo":
-        warnings.append(f"the baseline {base.name} is a {base.members[0].run.algo} run, not GRPO")
-    summaries = [s for arm in arm_list for s in arm.members]
-    keys = {s.reward_key for s in summaries if s.reward_raw}
-    if len(keys) > 1:
-        warnings.append(
-            "training rewards: some runs log rollout/reward_ht and some only rollout/reward_mean; a pruning run's "
-            "reward_mean is tilted towards the prompts it kept, so those curves are not the same quantity"
-        )
-    for c in comparisons:
-        warnings += C.comparison_warnings(c)
-    evaluated = {s.run.name: s.run.eval_results for s in summaries if s.run.eval_results}
-    if len({(r.get("k"), tuple(sorted(r.get("benchmarks") or {}))) for r in evaluated.values()}) > 1:
-        sets = "; ".join(
-            f"{n}: k={r.get('k')}, {sorted(r.get('benchmarks') or {})}" for n, r in evaluated.items()
-        )
-        warnings.append(f"the eval_results.json files differ in k or benchmarks ({sets})")
-    return warnings
 
 
 def build_report(
@@ -337,8 +274,7 @@ def build_report(
                 s.time_to_target = S.time_to_target(s.reward_times, s.reward_smoothed, reward_target)
     base = arm_list[0]
     comparisons = [compare_arms(base, arm) for arm in arm_list[1:]]
-    warnings += _warnings(arm_list, comparisons, settings, target, reward_target)
-    warnings += C.machine_warnings(list(summaries.values()))
+    warnings += C.report_warnings(arm_list, comparisons, settings, target, reward_target)
     label = (
         None if not datasets else (datasets[0] if len(datasets) == 1 else "mean of " + ", ".join(datasets))
     )

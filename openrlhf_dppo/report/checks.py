@@ -19,6 +19,9 @@ calls these). Each check returns plain sentences, the report's warnings:
    eval point says the curve still moves at its end.
 6. **Speedups**: a step-time speedup above the ideal that the measured pruning rates allow is not
    pruning's alone.
+7. **The rest**: seeds of one arm without an eval, at different eval steps or with different configs;
+   a baseline that is not GRPO; runs at the reward target from their first step; training rewards of
+   different kinds; eval_results.json files with different k or benchmarks.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.report.comparability import (
     MACHINE_CATEGORY,
     SET_BY_DPPO_CATEGORY,
+    arm_differences,
     machine_of,
 )
 from openrlhf_dppo.report.run import Run, number
@@ -199,3 +203,68 @@ def curve_warnings(arm: Arm, target: float | None, baseline: bool) -> list[str]:
             "still moves at its end and the final trails it; more eval points would pin it down"
         )
     return out
+
+
+def arm_warnings(arm: Arm, settings: Settings, target: float | None, baseline: bool) -> list[str]:
+    """One arm: its curve, each of its runs, and whether its seeds are seeds of one configuration."""
+    out = curve_warnings(arm, target, baseline)
+    for s in arm.members:
+        out += run_warnings(s, settings, baseline)
+    if arm.curve is not None and len(arm.seed_curves) < arm.n:
+        out.append(f"arm {arm.name}: {arm.n - len(arm.seed_curves)} of {arm.n} seed(s) have no held-out eval")
+    if arm.curve is not None and any(
+        len(c.steps) < len(s.heldout.steps) for c, s in zip(arm.seed_curves, arm.members) if s.heldout
+    ):
+        out.append(
+            f"arm {arm.name}: its seeds evaluated at different steps; the mean curve uses the "
+            f"{len(arm.curve.steps)} steps they share"
+        )
+    for s in arm.members[1:]:
+        diffs = arm_differences(arm.members[0].run.config, s.run.config)
+        if diffs:
+            out.append(
+                f"arm {arm.name}: {s.run.name} differs from {arm.members[0].run.name} in "
+                + ", ".join(d.key for d in diffs)
+            )
+    return out
+
+
+def report_warnings(
+    arm_list: list[Arm],
+    comparisons: list[Comparison],
+    settings: Settings,
+    target: float | None,
+    reward_target: float | None,
+) -> list[str]:
+    """Every check of this module over every run, arm and comparison (the baseline's stopped-early
+    runs are :func:`baseline_warnings`, which the report puts before all of these)."""
+    base = arm_list[0]
+    warnings = [w for arm in arm_list for w in arm_warnings(arm, settings, target, arm is base)]
+    summaries = [s for arm in arm_list for s in arm.members]
+    at_once = [
+        s.run.name
+        for s in summaries
+        if s.time_to_target is not None and s.time_to_target == s.reward_times[0]
+    ]
+    if at_once:
+        who = at_once[0] + " is" if len(at_once) == 1 else ", ".join(at_once) + " are"
+        warnings.append(
+            f"{who} at the target reward {reward_target:.4f} from the first step: the reward time to target "
+            "is one step, not learning (raise --target-reward)"
+        )
+    if base.members[0].run.algo != "grpo":
+        warnings.append(f"the baseline {base.name} is a {base.members[0].run.algo} run, not GRPO")
+    if len({s.reward_key for s in summaries if s.reward_raw}) > 1:
+        warnings.append(
+            "training rewards: some runs log rollout/reward_ht and some only rollout/reward_mean; a pruning run's "
+            "reward_mean is tilted towards the prompts it kept, so those curves are not the same quantity"
+        )
+    for c in comparisons:
+        warnings += comparison_warnings(c)
+    evaluated = {s.run.name: s.run.eval_results for s in summaries if s.run.eval_results}
+    if len({(r.get("k"), tuple(sorted(r.get("benchmarks") or {}))) for r in evaluated.values()}) > 1:
+        sets = "; ".join(
+            f"{n}: k={r.get('k')}, {sorted(r.get('benchmarks') or {})}" for n, r in evaluated.items()
+        )
+        warnings.append(f"the eval_results.json files differ in k or benchmarks ({sets})")
+    return warnings + machine_warnings(summaries)

@@ -21,6 +21,7 @@ from typing import Any
 
 from openrlhf_dppo import run_dir as R
 
+SEED_KEYS = ("train.seed", "dppo.seed")  # what tells the seeds of one arm apart
 # keys that differ between any two runs by construction
 IGNORED_KEYS = frozenset({"ckpt.output_dir", "ckpt.path", "local_rank"})
 IGNORED_PREFIXES = ("dppo.", "logger.")
@@ -115,6 +116,12 @@ def config_differences(baseline: dict[str, Any], other: dict[str, Any]) -> list[
     order = [*CATEGORIES, "hardware", PRECISION_CATEGORY, "other OpenRLHF args", SET_BY_DPPO_CATEGORY]
     order.append(MACHINE_CATEGORY)
     return sorted(diffs, key=lambda d: (order.index(d.category), d.key))
+
+
+def arm_differences(baseline: dict[str, Any], other: dict[str, Any]) -> list[Difference]:
+    """:func:`config_differences` without the seeds: what two arms (or two seeds of one arm) should
+    not differ in."""
+    return [d for d in config_differences(baseline, other) if d.key not in SEED_KEYS]
 
 
 def machine_of(config: dict[str, Any]) -> dict[str, Any] | None:
