@@ -123,10 +123,14 @@ def check_dppo_requirements(flags: dict, cfg: DPPOConfig) -> None:
             "DPPO prunes each step's drawn prompt batch; it must equal --rollout.batch_size.",
         )
     if cfg.prompt_batch == "refill" and cfg.prompt_prune_rate > 0 and cfg.sampling != "systematic":
+        b = flags["rollout.batch_size"]
         raise FlagError(
             "--dppo.prompt_batch",
-            "refill needs --dppo.sampling systematic (a fixed kept count keeps the rolled-out batch within "
-            "--rollout.batch_size).",
+            f"refill needs --dppo.sampling systematic. It draws {cfg.prompts_drawn(b)} prompts per step "
+            f"(--rollout.batch_size {b} / (1 - r_q)) and rolls out every kept one: a fixed kept count makes "
+            f"that about {b} (within one) once the history knows the prompts (bernoulli would vary it from step to step). While "
+            f"they are unseen (q = 1, all of epoch 1) a step rolls out up to {cfg.prompts_drawn(b)}, in "
+            "GRPO's number of optimizer steps.",
         )
     coef = flags["actor.aux_loss_coef"]
     if coef and coef > 0:

@@ -126,6 +126,15 @@ REFUSED = {
         lambda a: a + ["--actor.aux_loss_coef", "0.01"], "--actor.aux_loss_coef",
         "cannot carry DPPO's per-sequence weights",
     ),
+    # the message states what refill does with this command's numbers (B = 4, r_q = 0.5)
+    "refill-with-bernoulli": (
+        lambda a: a + ["--dppo.prompt_prune_rate", "0.5", "--dppo.prompt_batch", "refill", "--dppo.sampling",
+                       "bernoulli"],
+        "--dppo.prompt_batch", "refill needs --dppo.sampling systematic. It draws 8 prompts per step "
+        "(--rollout.batch_size 4 / (1 - r_q)) and rolls out every kept one: a fixed kept count makes that about "
+        "4 (within one) once the history knows the prompts (bernoulli would vary it from step to step). While "
+        "they are unseen (q = 1, all of epoch 1) a step rolls out up to 8, in GRPO's number of optimizer steps.",
+    ),
     # what the run writes: created inside Ray today, so checked here
     "output-dir-under-a-file": (
         lambda a: replaced(a, "--ckpt.output_dir", a[a.index("--data.prompt_dataset") + 1] + "/out"),
