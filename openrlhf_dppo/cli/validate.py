@@ -128,8 +128,8 @@ def check_dppo_requirements(flags: dict, cfg: DPPOConfig) -> None:
             "--dppo.prompt_batch",
             f"refill needs --dppo.sampling systematic. It draws {cfg.prompts_drawn(b)} prompts per step "
             f"(--rollout.batch_size {b} / (1 - r_q)) and rolls out every kept one: a fixed kept count makes "
-            f"that about {b} (within one) once the history knows the prompts (bernoulli would vary it from step to step). While "
-            f"they are unseen (q = 1, all of epoch 1) a step rolls out up to {cfg.prompts_drawn(b)}, in "
+            f"that about {b} (within one) once the history knows the prompts (bernoulli would vary it from step "
+            f"to step). While they are unseen (q = 1, all of epoch 1) a step rolls out up to {cfg.prompts_drawn(b)}, in "
             "GRPO's number of optimizer steps.",
         )
     coef = flags["actor.aux_loss_coef"]
@@ -195,6 +195,9 @@ def check_host_asserts(flags: dict) -> None:
             f"{low} {high}: expected LOW HIGH with LOW < HIGH (groups whose mean reward lies outside it are "
             "filtered out)",
         )
+    for flag in ("rollout.micro_batch_size", "ds.ring_attn_size", "ds.tensor_parallel_size"):
+        if flags[flag] < 1:
+            raise FlagError(f"--{flag}", f"{flags[flag]}: must be >= 1")
     actors = flags["actor.num_nodes"] * flags["actor.num_gpus_per_node"]
     processes = actors // flags["ds.ring_attn_size"] // flags["ds.tensor_parallel_size"]
     n, batch, micro = (
@@ -203,22 +206,17 @@ def check_host_asserts(flags: dict) -> None:
     if n * batch // micro < processes:
         raise FlagError(
             "--rollout.micro_batch_size",
-            f"{micro}: --rollout.batch_size {batch} x --rollout.n_samples_per_prompt {n} makes {n * batch // micro} "
-            f"micro-batches of {micro}, fewer than the {processes} actor processes (--actor.num_nodes x "
-            "--actor.num_gpus_per_node / --ds.ring_attn_size / --ds.tensor_parallel_size); each needs one. "
-            "Lower it or raise --rollout.batch_size.",
+            f"{micro}: --rollout.batch_size {batch} x --rollout.n_samples_per_prompt {n} makes "
+            f"{n * batch // micro} micro-batches of {micro}, fewer than the {processes} actor processes "
+            "(--actor.num_nodes x --actor.num_gpus_per_node / --ds.ring_attn_size / --ds.tensor_parallel_size); "
+            "each needs one. Lower it or raise --rollout.batch_size.",
         )
     colocated = flags["train.colocate_actor_ref"] or flags["train.colocate_all"]
-    refs = flags["ref.num_nodes"] * flags["ref.num_gpus_per_node"]
-    if (
-        colocated
-        and flags["algo.kl.init_coef"] > 0
-        and (flags["ref.num_nodes"], refs)
-        != (
-            flags["actor.num_nodes"],
-            actors,
-        )
-    ):
+    ref_like_actor = (flags["ref.num_nodes"], flags["ref.num_gpus_per_node"]) == (
+        flags["actor.num_nodes"],
+        flags["actor.num_gpus_per_node"],
+    )
+    if colocated and flags["algo.kl.init_coef"] > 0 and not ref_like_actor:
         raise FlagError(
             "--ref.num_gpus_per_node",
             "the reference model shares the actor's GPUs (--train.colocate_actor_ref or --train.colocate_all): "
@@ -226,12 +224,8 @@ def check_host_asserts(flags: dict) -> None:
             "--actor.num_gpus_per_node",
         )
     engines, tp = flags["vllm.num_engines"] or 0, flags["vllm.tensor_parallel_size"]
-    if (
-        engines > 0
-        and flags["train.colocate_all"]
-        and not flags["train.async_enable"]
-        and engines * tp != actors
-    ):
+    colocated_all = flags["train.colocate_all"] and not flags["train.async_enable"]
+    if engines > 0 and colocated_all and engines * tp != actors:
         raise FlagError(
             "--vllm.num_engines",
             f"{engines} x --vllm.tensor_parallel_size {tp} GPUs for vLLM, but the actor has {actors} "
