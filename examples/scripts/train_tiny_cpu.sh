@@ -81,7 +81,8 @@ echo "[$ALGO] $STEPS steps x $PROMPTS prompts x $SAMPLES samples on CPU, seed $S
 "${CMD[@]}" > "$OUT/train.log" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null || true' INT TERM
-"$PY" -m openrlhf_dppo.tiny.progress follow "$OUT" --name "$ALGO" --steps "$STEPS" --pid "$PID"
+"$PY" -m openrlhf_dppo.tiny.progress follow "$OUT" --name "$ALGO" --steps "$STEPS" \
+  --eval-steps "${EVAL_STEPS:-10}" --pid "$PID"
 if ! wait "$PID"; then
   echo "[$ALGO] FAILED; the end of $OUT/train.log:" >&2
   tail -n 40 "$OUT/train.log" >&2
