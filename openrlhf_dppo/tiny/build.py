@@ -45,6 +45,8 @@ key-value heads = half of them).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -205,6 +207,31 @@ def _next_token_loss(model, ids, mask, labels):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
 
 
+def _rms_norm(norm, x):
+    """transformers' Qwen3RMSNorm with the arithmetic in ``x``'s dtype; x: (..., hidden)."""
+    import torch
+
+    return norm.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon))
+
+
+@contextlib.contextmanager
+def _norms_in_model_dtype(model):
+    """Within the block, the model's RMSNorms compute in the model's dtype.
+
+    transformers' Qwen3RMSNorm rounds its input to fp32 whatever the model's dtype, so a float64 warm
+    start would meet fp32 rounding in every norm, where a last-bit difference between CPUs can flip a
+    rounding. The replacement is per module instance and removed on exit (the saved bf16 model keeps
+    transformers' own norm)."""
+    norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
+    for norm in norms:
+        norm.forward = functools.partial(_rms_norm, norm)
+    try:
+        yield
+    finally:
+        for norm in norms:
+            del norm.forward
+
+
 def warm_start(model, tok, warm_rows: list[dict], warm: dict, seed: int, probe=None, log=print) -> dict:
     """Supervised next-token training on ``warm_rows`` for exactly ``warm["steps"]`` steps.
 
@@ -224,19 +251,28 @@ def warm_start(model, tok, warm_rows: list[dict], warm: dict, seed: int, probe=N
     rng = random.Random(seed + 3)
     opt = torch.optim.AdamW(model.parameters(), lr=warm["lr"], weight_decay=0.0)
     loss = torch.zeros(())
-    for step in range(1, warm["steps"] + 1):
-        batch = [warm_rows[rng.randrange(len(warm_rows))] for _ in range(warm["batch_size"])]
-        ids, mask, labels = _encode(tok, [r["input"] for r in batch], [r["label"] for r in batch])
-        loss = _next_token_loss(model, ids, mask, labels)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if step % warm["log_every"] == 0 or step == warm["steps"]:
-            log(f"[tiny] warm-start step {step}/{warm['steps']} loss {loss.item():.3f}")
-            if probe is not None:
-                probe(step, model)
+    with _norms_in_model_dtype(model):
+        for step in range(1, warm["steps"] + 1):
+            loss = _warm_step(model, tok, warm_rows, warm, rng, opt)
+            if step % warm["log_every"] == 0 or step == warm["steps"]:
+                log(f"[tiny] warm-start step {step}/{warm['steps']} loss {loss.item():.3f}")
+                if probe is not None:
+                    probe(step, model)
     return {"steps": warm["steps"], "final_loss": round(loss.item(), 6)}
+
+
+def _warm_step(model, tok, warm_rows, warm, rng, opt):
+    """One supervised step on a batch drawn with replacement by ``rng``; returns the loss (detached)."""
+    import torch
+
+    batch = [warm_rows[rng.randrange(len(warm_rows))] for _ in range(warm["batch_size"])]
+    ids, mask, labels = _encode(tok, [r["input"] for r in batch], [r["label"] for r in batch])
+    loss = _next_token_loss(model, ids, mask, labels)
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss.detach()
 
 
 def build(out: str, seed: int = 0, warm: dict | None = None, size: str = DEFAULT_SIZE, log=print) -> dict:

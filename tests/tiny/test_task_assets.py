@@ -105,6 +105,21 @@ def test_the_warm_start_loss_is_the_models_own_in_its_own_dtype():
     assert build._next_token_loss(model.double(), ids, mask, labels).dtype == torch.float64
 
 
+def test_in_the_warm_start_the_norms_compute_in_float64_and_after_it_as_transformers_does():
+    """transformers' Qwen3RMSNorm rounds its input to fp32 even in a float64 model."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    model = Qwen3ForCausalLM(Qwen3Config(**build.model_config("xs"))).double()
+    norm = model.model.norm
+    x = torch.randn(3, 128, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 1e3 + 1.0 / 3
+    exact = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    with build._norms_in_model_dtype(model):
+        assert norm(x).equal(exact)
+    assert not norm(x).equal(exact)  # transformers' own again: fp32 arithmetic
+    assert (norm(x) - exact).abs().max() < 1e-5
+
+
 def test_two_builds_give_identical_weights(tmp_path):
     """Same seed, same machine: bit-identical weights and the same readings (a 40-step warm start of the
     small size, so that it runs in seconds; the rule is the same at every size and step count)."""
