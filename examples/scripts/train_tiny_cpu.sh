@@ -93,7 +93,8 @@ fi
 if (( POOL < FULL_POOL )); then head -n "$POOL" "$TINY/data/train.jsonl" > "$PROMPT_FILE"; fi
 if [ -e "$OUT/status.json" ] || [ -e "$OUT/metrics.jsonl" ]; then rm -rf "$OUT"; fi
 mkdir -p "$OUT"
-echo "[$ALGO] $STEPS steps x $PROMPTS prompts x $SAMPLES samples from $POOL on CPU, seed $SEED; log: $OUT/train.log"
+echo "[$ALGO] $STEPS steps x $PROMPTS prompts x $SAMPLES samples on CPU, seed $SEED; log: $OUT/train.log"
+if (( POOL < FULL_POOL )); then echo "[$ALGO] training pool: $POOL of the $FULL_POOL prompts ($PROMPT_FILE)"; fi
 
 "${CMD[@]}" > "$OUT/train.log" 2>&1 &
 PID=$!

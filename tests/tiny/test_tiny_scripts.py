@@ -16,7 +16,7 @@ DPPO_ONLY = {"--dppo.prompt_prune_rate", "--dppo.completion_prune_rate", "--dppo
 
 
 def command(algo: str, **env: str) -> list[str]:
-    full = {k: v for k, v in os.environ.items() if k not in ("STEPS", "SEED", "LR", "OUT", "TINY", "POOL")}
+    full = {k: v for k, v in os.environ.items() if k not in ("STEPS", "SEED", "LR", "OUT", "TINY")}
     full.update(ALGO=algo, PRINT_CMD="1", PYTHON="python", **env)
     out = subprocess.run(
         ["bash", os.path.join(SCRIPTS, "train_tiny_cpu.sh")],
@@ -132,7 +132,9 @@ def test_a_quick_look_trains_on_a_pool_small_enough_for_prompts_to_come_back(ste
 
 
 def test_the_default_pool_is_the_whole_training_split():
-    assert flags(command("dppo", STEPS="30"))["--data.prompt_dataset"] == [".cache/tiny/data/train.jsonl"]
+    assert flags(command("dppo", STEPS="30", POOL=""))["--data.prompt_dataset"] == [
+        ".cache/tiny/data/train.jsonl"
+    ]
 
 
 @pytest.mark.parametrize("pool", ["10", "2001", "half"])
