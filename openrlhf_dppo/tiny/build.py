@@ -28,7 +28,7 @@ differences between CPUs' kernels grow to different trajectories within a few hu
 as in fp32. Built with AVX2 kernels (emulated on the same machine) the same 1,325 steps give held-out
 greedy 0.620, not 0.450; benchmarks/RESULTS.md ("Warm start") has the measurements and what would fix it.
 
-The size ``s``, the stopping point and the RL learning rate were chosen with a pure-torch GRPO prototype
+The size ``s``, the earlier stopping point and the RL learning rate were chosen with a pure-torch GRPO prototype
 that is not part of the repository (smaller ``xs`` models and models stopped before the climb learned
 much less there); its figures are not quoted here because they cannot be reproduced from this
 repository. The figures to rely on are the real pipeline's, with their commands, in
