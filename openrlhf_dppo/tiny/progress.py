@@ -1,10 +1,11 @@
 """Progress and summary of tiny CPU runs, read from their run directories (``openrlhf_dppo.run_dir``).
 
-    python -m openrlhf_dppo.tiny.progress follow RUN_DIR --name grpo --steps 32 --pid PID
+    python -m openrlhf_dppo.tiny.progress follow RUN_DIR --name grpo --steps 32 --eval-steps 10 --pid PID
     python -m openrlhf_dppo.tiny.progress summary RUN_DIR [RUN_DIR ...]
 
 ``follow`` prints one line per finished step and evaluation while the training process ``PID`` lives
-(the full Ray log goes to a file). ``summary`` leads with the held-out comparison and its noise (each
+(the full Ray log goes to a file); from the third step on, a step line ends with an estimate of the time
+left (``time_left``). ``summary`` leads with the held-out comparison and its noise (each
 eval point with its standard error; the seed spread where runs of one configuration differ only in the
 seed), using the compare report's rules (``openrlhf_dppo.report``): training time is the time axis and
 start-up is reported apart, so a start-up difference makes no speedup. Then step times and tokens.
@@ -27,7 +28,43 @@ def _reward(row: dict) -> float:
     return NAN if value is None else value
 
 
-def step_line(name: str, row: dict, steps: int | None) -> str:
+ETA_AFTER = 3  # training steps seen before the time left is estimated (the first one carries warm-up)
+ETA_WINDOW = 10  # the latest step times it is estimated from (DPPO's steps shorten once prompts repeat)
+
+
+def time_left(rows: list[dict], steps: int | None, eval_every: int | None) -> float | None:
+    """Seconds left in a run: the steps to go times the median of the latest ``ETA_WINDOW`` step times,
+    plus the evaluations to go times their mean time so far. None before ``ETA_AFTER`` steps or without
+    ``steps``. Evaluations run at step 0 and at every multiple of ``eval_every`` (OpenRLHF's schedule);
+    those after the last eval line are to go. Start-up is over by then; the last checkpoint save is not
+    counted."""
+    train = [r for r in rows if r.get(R.KIND) == R.TRAIN and R.number(r.get(R.STEP_TOTAL)) is not None]
+    if not steps or len(train) < ETA_AFTER:
+        return None
+    recent = sorted(float(r[R.STEP_TOTAL]) for r in train[-ETA_WINDOW:])
+    mid = len(recent) // 2
+    median = recent[mid] if len(recent) % 2 else (recent[mid - 1] + recent[mid]) / 2
+    done = max(int(r[R.STEP]) for r in train)
+    left = max(steps - done, 0) * median
+    evals = [r for r in rows if r.get(R.KIND) == R.EVAL]
+    times = [t for t in (R.number(r.get(R.EVAL_TIME)) for r in evals) if t is not None]
+    if eval_every and times:
+        last_eval = max(int(r[R.STEP]) for r in evals)
+        left += (steps // eval_every - last_eval // eval_every) * sum(times) / len(times)
+    return left
+
+
+def duration(seconds: float) -> str:
+    """``"45 s"``, ``"3 min 20 s"``, ``"1 h 05 min"``."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def step_line(name: str, row: dict, steps: int | None, left: float | None = None) -> str:
     total = f"/{steps}" if steps else ""
     parts = [
         f"[{name}] step {row[R.STEP]}{total}",
@@ -38,6 +75,8 @@ def step_line(name: str, row: dict, steps: int | None) -> str:
     ]
     if R.PROMPTS_PRUNED in row and row.get(R.PROMPTS_DRAWN):
         parts.append(f"prompts pruned {row[R.PROMPTS_PRUNED]:.0f}/{row[R.PROMPTS_DRAWN]:.0f}")
+    if left is not None:
+        parts.append(f"about {duration(left)} left")
     return "  ".join(parts)
 
 
@@ -48,14 +87,22 @@ def eval_line(name: str, row: dict) -> str:
     )
 
 
-def follow(run_dir: str, name: str, steps: int | None, pid: int | None, poll: float = 2.0) -> None:
+def follow(
+    run_dir: str,
+    name: str,
+    steps: int | None,
+    pid: int | None,
+    poll: float = 2.0,
+    eval_every: int | None = None,
+) -> None:
     seen = 0
     while True:
         alive = pid is None or _alive(pid)
         rows = R.read_metrics(run_dir)
-        for row in rows[seen:]:
+        for i, row in enumerate(rows[seen:], start=seen):
             if row.get(R.KIND) == R.TRAIN:
-                print(step_line(name, row, steps), flush=True)
+                left = time_left(rows[: i + 1], steps, eval_every)
+                print(step_line(name, row, steps, left), flush=True)
             elif row.get(R.KIND) == R.EVAL:
                 print(eval_line(name, row), flush=True)
         seen = len(rows)
@@ -139,11 +186,12 @@ def main(argv=None) -> None:
     f.add_argument("--name", default="run")
     f.add_argument("--steps", type=int, default=None)
     f.add_argument("--pid", type=int, default=None, help="stop when this process has ended")
+    f.add_argument("--eval-steps", type=int, default=None, help="the run evaluates every this many steps")
     s = sub.add_parser("summary", help="compare finished runs, held-out accuracy first")
     s.add_argument("run_dirs", nargs="+")
     args = ap.parse_args(argv)
     if args.cmd == "follow":
-        follow(args.run_dir, args.name, args.steps, args.pid)
+        follow(args.run_dir, args.name, args.steps, args.pid, eval_every=args.eval_steps)
     else:
         print_summary(args.run_dirs)
 

@@ -81,14 +81,70 @@ def test_build_fingerprint_tracks_seed_warm_start_and_size():
     assert base == build.fingerprint(0, dict(build.WARM), "s")
     assert base != build.fingerprint(1, build.WARM)
     assert base != build.fingerprint(0, dict(build.WARM, lr=1e-3))
+    assert base != build.fingerprint(0, dict(build.WARM, steps=build.WARM["steps"] + 1))
+    assert base != build.fingerprint(0, dict(build.WARM, dtype="float32"))
     assert base != build.fingerprint(0, build.WARM, "xs")
 
 
+def test_the_warm_start_loss_is_the_models_own_in_its_own_dtype():
+    """transformers' built-in loss casts the logits to fp32, which would undo a float64 warm start."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from openrlhf_dppo.tiny.tokenizer import build_tokenizer
+
+    rows = task.split(0, 10, 10, 10)["warm"][:8]
+    ids, mask, labels = build._encode(
+        build_tokenizer(), [r["input"] for r in rows], [r["label"] for r in rows]
+    )
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(**build.model_config("xs")))
+    ours = build._next_token_loss(model, ids, mask, labels)
+    theirs = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    assert ours.dtype == torch.float32 and torch.allclose(ours, theirs, rtol=1e-6, atol=0)
+    assert build._next_token_loss(model.double(), ids, mask, labels).dtype == torch.float64
+
+
+def test_in_the_warm_start_the_norms_compute_in_float64_and_after_it_as_transformers_does():
+    """transformers' Qwen3RMSNorm rounds its input to fp32 even in a float64 model."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    model = Qwen3ForCausalLM(Qwen3Config(**build.model_config("xs"))).double()
+    norm = model.model.norm
+    x = torch.randn(3, 128, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 1e3 + 1.0 / 3
+    exact = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    with build._norms_in_model_dtype(model):
+        assert norm(x).equal(exact)
+    assert not norm(x).equal(exact)  # transformers' own again: fp32 arithmetic
+    assert (norm(x) - exact).abs().max() < 1e-5
+
+
+def test_two_builds_give_identical_weights(tmp_path):
+    """Same seed, same machine: bit-identical weights and the same readings (a 40-step warm start of the
+    small size, so that it runs in seconds; the rule is the same at every size and step count)."""
+    from safetensors.torch import load_file
+
+    warm = dict(build.WARM, steps=40, log_every=20)
+    infos, weights = [], []
+    for name in ("a", "b"):
+        out = str(tmp_path / name)
+        infos.append(build.build(out, seed=0, warm=warm, size="xs", log=lambda *_: None))
+        weights.append(load_file(os.path.join(build.paths(out)["model"], "model.safetensors")))
+    a, b = weights
+    assert a.keys() == b.keys() and len(a) > 0
+    for key in a:
+        assert a[key].dtype == b[key].dtype and a[key].equal(b[key]), key
+    infos[0].pop("build_seconds"), infos[1].pop("build_seconds")
+    assert infos[0] == infos[1]
+    assert infos[0]["warm_start"]["steps"] == 40 and infos[0]["warm_start"]["dtype"] == "float64"
+
+
 def test_a_short_build_writes_disjoint_data_and_is_cached(tmp_path):
-    """A build with a 3-step warm start (the real one takes one to two minutes): the files on disk keep the
+    """A build with a 3-step warm start (the real one takes a few minutes): the files on disk keep the
     held-out set apart from the training pool and the warm-start data, and a second call reuses them."""
     out = str(tmp_path / "tiny")
-    warm = dict(build.WARM, max_steps=3, eval_every=1)
+    warm = dict(build.WARM, steps=3)
     info = build.build(out, seed=0, warm=warm, log=lambda *_: None)
     p = build.paths(out)
     rows = {name: task.read_jsonl(p[name]) for name in task.SPLITS}

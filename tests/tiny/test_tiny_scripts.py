@@ -107,3 +107,47 @@ def test_the_demo_builds_everything_before_the_first_run_and_runs_both_arms_alik
     assert first("FusedAdamBuilder") < first_run and first("create_op_builder") < first_run
     assert first("openrlhf_dppo.tiny.progress summary") > first_run
     assert first("openrlhf_dppo.cli.main compare") > first_run
+
+
+@pytest.mark.parametrize(
+    "steps, pool, prompt_file",
+    [
+        ("150", "auto", "train.jsonl"),  # three epochs of the full pool or more: all of it
+        ("94", "auto", "train.jsonl"),
+        ("93", "auto", "train_1984.jsonl"),
+        ("30", "auto", "train_640.jsonl"),  # a third of the 30 x 64 prompts drawn: epochs of 10 steps
+        ("1", "auto", "train_64.jsonl"),  # never less than one batch
+        ("30", "1000", "train_1000.jsonl"),
+        ("30", "2000", "train.jsonl"),
+    ],
+)
+def test_a_quick_look_trains_on_a_pool_small_enough_for_prompts_to_come_back(steps, pool, prompt_file):
+    """A prompt is unseen (q = 1) until its second epoch, so prompt pruning needs prompts that come back."""
+    f = flags(command("dppo", STEPS=steps, POOL=pool))
+    assert f["--data.prompt_dataset"] == [f".cache/tiny/data/{prompt_file}"]
+    size = 2000 if prompt_file == "train.jsonl" else int(prompt_file[6:-6])
+    assert f["--train.num_episodes"] == [str(math.ceil(4 * int(steps) * 64 / size))]
+    if pool == "auto" and int(steps) > 3:
+        assert int(steps) * 64 / size >= 3  # at least two epochs in which prompts can be pruned
+
+
+def test_the_default_pool_is_the_whole_training_split():
+    assert flags(command("dppo", STEPS="30", POOL=""))["--data.prompt_dataset"] == [
+        ".cache/tiny/data/train.jsonl"
+    ]
+
+
+@pytest.mark.parametrize("pool", ["10", "2001", "half"])
+def test_a_pool_out_of_range_is_refused_by_name(pool):
+    env = dict(os.environ, ALGO="dppo", PRINT_CMD="1", POOL=pool)
+    res = subprocess.run(
+        ["bash", os.path.join(SCRIPTS, "train_tiny_cpu.sh")], env=env, capture_output=True, text=True
+    )
+    assert res.returncode == 2 and res.stderr.startswith(
+        f"POOL must be auto or a number of prompts from 64 (one batch) to 2000, got '{pool}'"
+    )
+
+
+def test_the_demo_asks_for_the_quick_look_pool():
+    text = open(os.path.join(SCRIPTS, "demo_tiny_cpu.sh")).read()
+    assert 'export POOL="${POOL:-auto}"' in text
