@@ -9,8 +9,8 @@ left-to-right step per operator, then ``;`` and the answer expression, e.g.
 
     "4,7,3>25:"  ->  "4*7=28,28-3=25;(4*7)-3"
 
-so completions are 15 to 40 characters long (tens of tokens: generation is a large part of a GRPO step,
-as when a large model writes a chain of reasoning). The row's ``label`` is the scorer's metadata as JSON
+so completions are 15 to 37 characters long (tens of tokens, against about 3 in the addition task; on a
+CPU the training phase grows with them as much as generation does: see benchmarks/RESULTS.md). The row's ``label`` is the scorer's metadata as JSON
 (``{"numbers": [4, 7, 3], "target": 25}``) and ``solution`` the scratchpad the warm start learns.
 
 Every generated expression is a left fold of the numbers in some order (that is how reasoning-gym builds
@@ -130,7 +130,7 @@ def split(
 # ---- the build: same model size, build command and warm-start rule as the first task (tiny/build.py) ----
 
 VOCAB = tokenizer.VOCAB + CHARS  # the task's own vocabulary: the first task's model and ids are untouched
-WARM = dict(build.WARM, steps=600)  # about 5% of held-out problems solved greedily (RESULTS.md)
+WARM = dict(build.WARM, steps=600)  # seed 0: held-out greedy solve rate 0.086 (benchmarks/RESULTS.md)
 COUNTS = dict(n_eval=N_EVAL, n_dev=N_DEV, n_train=N_TRAIN, n_draws=N_DRAWS)  # split()'s sizes
 
 
