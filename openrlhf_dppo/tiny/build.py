@@ -357,12 +357,23 @@ def main(argv=None) -> None:
         "--size", default=DEFAULT_SIZE, help=f"one of {sorted(SIZES)} or HIDDENxLAYERSxINTERMEDIATE"
     )
     ap.add_argument("--force", action="store_true", help="rebuild even when the cached build is current")
+    ap.add_argument(
+        "--task",
+        default="addition",
+        choices=("addition", "countdown"),
+        help="addition, or countdown (tiny/countdown.py)",
+    )
     args = ap.parse_args(argv)
     try:
         parse_size(args.size)
     except ValueError as e:
         ap.error(str(e))
-    info = ensure_built(args.out, args.seed, force=args.force, size=args.size)
+    if args.task == "countdown":
+        from openrlhf_dppo.tiny import countdown  # imports this module: loaded only when asked for
+
+        info = countdown.ensure_built(args.out, args.seed, force=args.force, size=args.size)
+    else:
+        info = ensure_built(args.out, args.seed, force=args.force, size=args.size)
     print(json.dumps({k: info[k] for k in ("fingerprint", "params", "warm_start")}))
 
 

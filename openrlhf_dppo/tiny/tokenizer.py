@@ -15,12 +15,14 @@ VOCAB = SPECIALS + CHARS
 PAD_ID, EOS_ID, BOS_ID = 0, 1, 2
 
 
-def build_tokenizer():
-    """The fast tokenizer (``transformers.PreTrainedTokenizerFast``); deterministic."""
+def build_tokenizer(vocab: list[str] = VOCAB):
+    """The fast tokenizer (``transformers.PreTrainedTokenizerFast``) of ``vocab``; deterministic.
+
+    Another task passes a vocabulary that extends ``VOCAB`` (the ids above stay the same)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    core = Tokenizer(models.WordLevel({tok: i for i, tok in enumerate(VOCAB)}, unk_token="<pad>"))
+    core = Tokenizer(models.WordLevel({tok: i for i, tok in enumerate(vocab)}, unk_token="<pad>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
     tok = PreTrainedTokenizerFast(

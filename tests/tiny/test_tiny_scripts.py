@@ -16,7 +16,9 @@ DPPO_ONLY = {"--dppo.prompt_prune_rate", "--dppo.completion_prune_rate", "--dppo
 
 
 def command(algo: str, **env: str) -> list[str]:
-    full = {k: v for k, v in os.environ.items() if k not in ("STEPS", "SEED", "LR", "OUT", "TINY")}
+    full = {
+        k: v for k, v in os.environ.items() if k not in ("STEPS", "SEED", "LR", "OUT", "TINY", "POOL", "TASK")
+    }
     full.update(ALGO=algo, PRINT_CMD="1", PYTHON="python", **env)
     out = subprocess.run(
         ["bash", os.path.join(SCRIPTS, "train_tiny_cpu.sh")],
@@ -151,3 +153,48 @@ def test_a_pool_out_of_range_is_refused_by_name(pool):
 def test_the_demo_asks_for_the_quick_look_pool():
     text = open(os.path.join(SCRIPTS, "demo_tiny_cpu.sh")).read()
     assert 'export POOL="${POOL:-auto}"' in text
+
+
+TASK_FLAGS = {  # what the TASK switch may change: the task's files, its lengths, where the run goes
+    "--actor.model_name_or_path": [".cache/tiny-countdown/model"],
+    "--data.prompt_dataset": [".cache/tiny-countdown/data/train.jsonl"],
+    "--eval.dataset": [".cache/tiny-countdown/data/eval.jsonl"],
+    "--reward.remote_url": ["openrlhf_dppo/rewards/countdown.py"],
+    "--rollout.max_new_tokens": ["48"],
+    "--data.max_len": ["64"],
+    "--ckpt.output_dir": ["runs/tiny_cpu_countdown/dppo"],
+    "--ckpt.path": ["runs/tiny_cpu_countdown/dppo/ckpt"],
+}
+
+
+def test_task_countdown_changes_only_the_tasks_files_lengths_and_run_directory():
+    from openrlhf_dppo.tiny import countdown
+
+    default, addition, second = (
+        flags(command("dppo", **env)) for env in ({}, {"TASK": "addition"}, {"TASK": "countdown"})
+    )
+    assert default == addition  # the first task stays the default
+    assert addition["--reward.remote_url"] == ["openrlhf_dppo/rewards/arithmetic.py"]
+    assert {k: second.pop(k) for k in TASK_FLAGS} == TASK_FLAGS
+    assert {k: addition.pop(k) for k in TASK_FLAGS} != TASK_FLAGS
+    assert second == addition
+    assert (countdown.MAX_NEW_TOKENS, countdown.MAX_LEN) == (48, 64)  # the lengths the script passes
+    assert os.path.isfile(os.path.join(ROOT, TASK_FLAGS["--reward.remote_url"][0]))
+
+
+def test_an_unknown_task_is_refused_by_name():
+    env = dict(os.environ, ALGO="grpo", PRINT_CMD="1", TASK="sudoku")
+    res = subprocess.run(
+        ["bash", os.path.join(SCRIPTS, "train_tiny_cpu.sh")], env=env, capture_output=True, text=True
+    )
+    assert res.returncode == 2 and "TASK must be addition or countdown, got 'sudoku'" in res.stderr
+
+
+def test_the_build_and_the_demo_follow_the_task():
+    train = open(os.path.join(SCRIPTS, "train_tiny_cpu.sh")).read()
+    demo = open(os.path.join(SCRIPTS, "demo_tiny_cpu.sh")).read()
+    for text in (train, demo):
+        assert '-m openrlhf_dppo.tiny.build --out "$TINY" --seed 0 --task "$TASK"' in text
+    assert (
+        "export TASK=${TASK:-addition}" in demo and "countdown) RUNS=${RUNS:-runs/tiny_cpu_countdown}" in demo
+    )

@@ -1,0 +1,80 @@
+"""Reward for the countdown task (``openrlhf_dppo.tiny.countdown``), in OpenRLHF's reward_func contract.
+
+Pass the file itself to OpenRLHF: ``--reward.remote_url openrlhf_dppo/rewards/countdown.py``; OpenRLHF
+calls ``reward_func(queries, prompts, labels)`` with each query the decoded prompt + completion. The
+score is reasoning-gym's own ``CountdownDataset.score_answer`` (reasoning-gym 0.1.25) on the answer we
+extract from the completion:
+
+  1.0   the expression uses exactly the given numbers and equals the target;
+  0.05  it parses but is wrong (other numbers, or another value);
+  0.01  nothing to score: truncated (no ``<eos>``), empty, or not an arithmetic expression.
+
+The answer is the text after the last ``;`` of the completion, before ``<eos>`` (the scratchpad's steps
+come before the ``;``, see the task module). Departure from calling the scorer on any text: an answer
+with characters other than digits, ``+-*/()`` and spaces, or with ``**``, is scored as no answer (0.01)
+without reaching the scorer, because the scorer evaluates the text with sympy's ``parse_expr`` (a
+Python ``eval``) and a power tower such as ``9**9**9**9`` would never return. Countdown has no power
+operator, so no right answer is lost.
+
+Returned: ``rewards`` = the score (partial credit makes it continuous: DPPO's prompt score uses its
+continuous form under ``--dppo.reward_kind auto``); ``scores`` and ``extra_logs["accuracy"]`` = 1.0 for
+a solved problem else 0.0 (what dynamic filtering sees, as DAPO filters on accuracy). Held-out
+``eval_*_pass1`` is OpenRLHF's mean of ``rewards``, i.e. the mean score, not the solve rate.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import torch
+
+EOS = "<eos>"
+ANSWER_SEP = ";"
+MAX_ANSWER_CHARS = 64
+_SAFE = re.compile(r"[0-9+\-*/() ]+")
+_SCORER = None
+
+
+def scorer():
+    """reasoning-gym's countdown dataset object (its ``score_answer`` reads only the entry's metadata)."""
+    global _SCORER
+    if _SCORER is None:
+        from reasoning_gym.games.countdown import CountdownConfig, CountdownDataset
+
+        _SCORER = CountdownDataset(CountdownConfig(size=1, seed=0))
+    return _SCORER
+
+
+def completion_of(query: str, prompt: str) -> str:
+    """The generated part of ``query`` (the prompt is its prefix; decoding is exact per character)."""
+    return query[len(prompt) :] if query.startswith(prompt) else query
+
+
+def extract_answer(completion: str) -> str | None:
+    """The answer expression of a completion, or None when there is none to score (see module doc)."""
+    if EOS not in completion:
+        return None  # truncated: no answer was committed
+    answer = completion.split(EOS, 1)[0].rsplit(ANSWER_SEP, 1)[-1].strip()
+    if not answer or len(answer) > MAX_ANSWER_CHARS or "**" in answer or not _SAFE.fullmatch(answer):
+        return None
+    return answer
+
+
+def entry(label: str) -> dict:
+    """The scorer's entry from a dataset label ``'{"numbers": [...], "target": T}'``."""
+    return {"metadata": json.loads(label)}
+
+
+def score(completion: str, label: str) -> float:
+    """reasoning-gym's score of the completion's answer: 1.0, 0.05 or 0.01."""
+    return float(scorer().score_answer(extract_answer(completion), entry(label)))
+
+
+def reward_func(queries, prompts, labels):
+    rewards = torch.tensor(
+        [score(completion_of(q, p), label) for q, p, label in zip(queries, prompts, labels)],
+        dtype=torch.float,
+    )
+    solved = (rewards == 1.0).float()
+    return {"rewards": rewards, "scores": solved, "extra_logs": {"accuracy": solved.clone()}}

@@ -1,0 +1,281 @@
+"""The second embedded task: countdown with 3 or 4 single-digit numbers, from reasoning-gym (0.1.25).
+
+reasoning-gym's ``countdown`` generator (3-4 numbers in 1..9, targets 1..99, operators ``+-*/``) writes
+the problems; its ``score_answer`` scores the answers (``openrlhf_dppo/rewards/countdown.py``). It is the
+TinyZero task (there with numbers up to 99) made small enough for a 1.6M-parameter character model.
+
+A prompt is ``"<numbers>><target>:"``, and the completion a short scratchpad of our own format, one
+left-to-right step per operator, then ``;`` and the answer expression, e.g.
+
+    "4,7,3>25:"  ->  "4*7=28,28-3=25;(4*7)-3"
+
+so completions are 15 to 37 characters long (tens of tokens, against about 3 in the addition task; on a
+CPU the training phase grows with them as much as generation does: see benchmarks/RESULTS.md). The row's ``label`` is the scorer's metadata as JSON
+(``{"numbers": [4, 7, 3], "target": 25}``) and ``solution`` the scratchpad the warm start learns.
+
+Every generated expression is a left fold of the numbers in some order (that is how reasoning-gym builds
+them), so ``solve`` finds one: the first left fold, over the orders of the given numbers and the
+operators ``+-*/`` (exact division only), whose intermediate values are all >= 0, else the first one.
+
+Splits: ``N_DRAWS`` problems are drawn from the generator with the build seed; a problem is the multiset
+of its numbers and its target (the same numbers in another order are the same problem), duplicates are
+dropped, the rest shuffled with the seed and cut into the same disjoint splits as the first task
+(``task.SPLITS``: eval, dev, train, warm), so no held-out problem is trained on in any order.
+Deterministic for a seed (reasoning-gym seeds item ``i`` with ``seed + i``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import random
+import time
+
+from openrlhf_dppo.tiny import build, task, tokenizer
+
+GENERATOR = dict(min_numbers=3, max_numbers=4, min_value=1, max_value=9, min_target=1, max_target=99)
+N_DRAWS, N_EVAL, N_DEV, N_TRAIN = 30_000, 500, 200, 2000  # about 9,700 distinct problems from 30,000 draws
+CHARS = list("-*/(),>:;")  # added after the first task's characters (tokenizer.CHARS): its ids unchanged
+MAX_NEW_TOKENS = 48  # the longest scratchpad + <eos> fits (tested on the built splits)
+MAX_LEN = 64  # prompt (<= 11 characters) + MAX_NEW_TOKENS
+OPS = "+-*/"
+
+
+def _apply(acc: int, op: str, x: int) -> int | None:
+    if op == "+":
+        return acc + x
+    if op == "-":
+        return acc - x
+    if op == "*":
+        return acc * x
+    return acc // x if acc % x == 0 else None  # countdown's division must be exact
+
+
+def solve(numbers: list[int], target: int) -> tuple[list[tuple[int, str, int, int]], str] | None:
+    """A left fold of ``numbers`` that equals ``target``: (steps ``(a, op, b, a op b)``, expression).
+
+    The first such fold with every intermediate >= 0 in the order (number orders, operators ``+-*/``),
+    else the first with any intermediate; None when there is none.
+    """
+    fallback = None
+    for order in itertools.permutations(numbers):
+        for ops in itertools.product(OPS, repeat=len(numbers) - 1):
+            acc, steps = order[0], []
+            for op, x in zip(ops, order[1:]):
+                nxt = _apply(acc, op, x)
+                if nxt is None:
+                    break
+                steps.append((acc, op, x, nxt))
+                acc = nxt
+            else:
+                if acc != target:
+                    continue
+                expr = str(order[0])
+                for k, (_, op, x, _) in enumerate(steps):
+                    expr = f"({expr}){op}{x}" if k else f"{expr}{op}{x}"
+                if all(s[3] >= 0 for s in steps):
+                    return steps, expr
+                fallback = fallback or (steps, expr)
+    return fallback
+
+
+def scratchpad(steps: list[tuple[int, str, int, int]], expr: str) -> str:
+    """``"4*7=28,28-3=25;(4*7)-3"``: the steps, then ``;`` and the answer expression."""
+    return ",".join(f"{a}{op}{b}={c}" for a, op, b, c in steps) + ";" + expr
+
+
+def row(numbers: list[int], target: int) -> dict:
+    """One problem as a dataset row: ``input`` (prompt), ``label`` (scorer metadata), ``solution``."""
+    solved = solve(numbers, target)
+    if solved is None:
+        raise ValueError(f"no left-fold solution for {numbers} -> {target}")
+    return {
+        "input": ",".join(map(str, numbers)) + f">{target}:",
+        "label": json.dumps({"numbers": list(numbers), "target": target}),
+        "solution": scratchpad(*solved),
+    }
+
+
+def problems(seed: int, n_draws: int) -> list[dict]:
+    """The distinct problems among ``n_draws`` generator draws, in draw order (first order kept)."""
+    import reasoning_gym
+
+    rows, seen = [], set()
+    for item in reasoning_gym.create_dataset("countdown", size=n_draws, seed=seed, **GENERATOR):
+        meta = item["metadata"]
+        key = (tuple(sorted(meta["numbers"])), meta["target"])
+        if key not in seen:
+            seen.add(key)
+            rows.append(row(meta["numbers"], meta["target"]))
+    return rows
+
+
+def split(
+    seed: int, n_eval: int = N_EVAL, n_dev: int = N_DEV, n_train: int = N_TRAIN, n_draws: int = N_DRAWS
+) -> dict[str, list[dict]]:
+    """The four disjoint splits (``task.SPLITS``; ``warm`` gets the rest). ValueError when too few."""
+    rows = problems(seed, n_draws)
+    if n_eval + n_dev + n_train >= len(rows):
+        raise ValueError(
+            f"n_eval + n_dev + n_train = {n_eval + n_dev + n_train} leaves no warm-start data among the"
+            f" {len(rows)} distinct problems of {n_draws} draws"
+        )
+    random.Random(seed).shuffle(rows)
+    cuts = [0, n_eval, n_eval + n_dev, n_eval + n_dev + n_train, len(rows)]
+    return {name: rows[cuts[k] : cuts[k + 1]] for k, name in enumerate(task.SPLITS)}
+
+
+# ---- the build: same model size, build command and warm-start rule as the first task (tiny/build.py) ----
+
+VOCAB = tokenizer.VOCAB + CHARS  # the task's own vocabulary: the first task's model and ids are untouched
+WARM = dict(build.WARM, steps=600)  # seed 0: held-out greedy solve rate 0.086 (benchmarks/RESULTS.md)
+COUNTS = dict(n_eval=N_EVAL, n_dev=N_DEV, n_train=N_TRAIN, n_draws=N_DRAWS)  # split()'s sizes
+
+
+def model_config(size: str = build.DEFAULT_SIZE) -> dict:
+    """``transformers.Qwen3Config`` keyword arguments: the first task's ``size`` on this vocabulary."""
+    return build.model_config(size, vocab_size=len(VOCAB))
+
+
+def fingerprint(seed: int, warm: dict, size: str = build.DEFAULT_SIZE, counts: dict = COUNTS) -> str:
+    """Hash of everything the build output depends on: sources, generator version and settings, seed."""
+    from importlib.metadata import version
+
+    h = hashlib.sha256()
+    tiny = os.path.dirname(os.path.abspath(__file__))
+    sources = [os.path.join(tiny, n) for n in ("countdown.py", "task.py", "tokenizer.py", "build.py")]
+    sources.append(os.path.join(os.path.dirname(tiny), "rewards", "countdown.py"))
+    for path in sources:
+        with open(path, "rb") as f:
+            h.update(f.read())
+    spec = [seed, model_config(size), GENERATOR, counts, warm, version("reasoning-gym")]
+    h.update(json.dumps(spec, sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def solve_rates(model, tok, rows: list[dict], temperature: float = 0.0, seed: int = 0, samples: int = 1):
+    """(solve rate, mean score) of ``rows`` under the reward file's scorer: greedy, or ``samples`` per row
+    sampled at ``temperature`` (seeded). Completions up to ``MAX_NEW_TOKENS`` (transformers' generate)."""
+    import torch
+
+    from openrlhf_dppo.rewards import countdown as reward
+
+    torch.manual_seed(seed)
+    rows = [r for r in rows for _ in range(samples)]
+    scores = []
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(rows), 256):
+            chunk = rows[start : start + 256]
+            enc = tok(
+                [r["input"] for r in chunk], add_special_tokens=False, return_tensors="pt", padding=True
+            )
+            sample = dict(do_sample=True, temperature=temperature, top_k=0) if temperature > 0 else {}
+            out = model.generate(
+                **enc,
+                max_new_tokens=MAX_NEW_TOKENS,
+                eos_token_id=tokenizer.EOS_ID,
+                pad_token_id=tokenizer.PAD_ID,
+                **(sample or dict(do_sample=False)),
+            )
+            for r, ids in zip(chunk, out[:, enc["input_ids"].shape[1] :].tolist()):
+                text = tok.decode([t for t in ids if t != tokenizer.PAD_ID], skip_special_tokens=False)
+                scores.append(reward.score(text, r["label"]))
+    model.train()
+    return round(sum(s == 1.0 for s in scores) / len(scores), 6), round(sum(scores) / len(scores), 6)
+
+
+def build_countdown(
+    out: str,
+    seed: int = 0,
+    warm: dict | None = None,
+    size: str = build.DEFAULT_SIZE,
+    counts: dict = COUNTS,
+    log=print,
+) -> dict:
+    """Build the countdown assets under ``out`` (the first task's layout, ``build.paths``); return the info.
+
+    ``counts``: ``split``'s sizes (smaller ones make a quick test build). The warm start is the first task's (``build.warm_start``: a fixed number of supervised steps in
+    float64), here on the scratchpads (``solution``), then the model is cast to bf16 and measured.
+    """
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    warm = dict(WARM, **(warm or {}))
+    config_kwargs = model_config(size)
+    t0 = time.time()
+    p = build.paths(out)
+    os.makedirs(os.path.dirname(p["train"]), exist_ok=True)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(warm["threads"])
+    try:
+        tok = tokenizer.build_tokenizer(VOCAB)
+        splits = split(seed, **counts)
+        for name, rows in splits.items():
+            task.write_jsonl(p[name], rows)
+
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(Qwen3Config(**config_kwargs)).to(getattr(torch, warm["dtype"]))
+        n_params = sum(x.numel() for x in model.parameters())
+        log(
+            f"[tiny] countdown: {n_params / 1e6:.2f}M params; {warm['steps']} supervised steps in {warm['dtype']}"
+        )
+        supervised = [{"input": r["input"], "label": r["solution"]} for r in splits["warm"]]  # the target
+        result = build.warm_start(model, tok, supervised, warm, seed, log=log)
+
+        model = model.to(torch.bfloat16)  # measured after the cast: the weights the pipeline starts from
+        held_out = {}
+        for name, rows, kw in (
+            ("dev_greedy", splits["dev"], {}),
+            ("eval_greedy", splits["eval"], {}),
+            ("eval_sampled", splits["eval"], dict(temperature=1.0, seed=seed, samples=4)),
+        ):
+            held_out[f"{name}_acc"], held_out[f"{name}_score"] = solve_rates(model, tok, rows, **kw)
+        model.config.dtype = "bfloat16"
+        model.generation_config.eos_token_id = tokenizer.EOS_ID
+        model.generation_config.pad_token_id = tokenizer.PAD_ID
+        model.save_pretrained(p["model"], safe_serialization=True)
+        tok.save_pretrained(p["model"])
+    finally:
+        torch.set_num_threads(threads_before)
+    info = {
+        "task": "countdown",
+        "fingerprint": fingerprint(seed, warm, size, counts),
+        "seed": seed,
+        "size": size,
+        "params": n_params,
+        "model_config": config_kwargs,
+        "generator": GENERATOR,
+        "splits": {name: len(rows) for name, rows in splits.items()},
+        "warm_start": {**result, **held_out, **warm},
+        "build_seconds": round(time.time() - t0, 1),
+    }
+    with open(p["info"], "w") as f:
+        json.dump(info, f, indent=1)
+    log(
+        f"[tiny] built {out} in {info['build_seconds']}s: held-out greedy solve rate"
+        f" {held_out['eval_greedy_acc']:.3f} (mean score {held_out['eval_greedy_score']:.3f})"
+    )
+    return info
+
+
+def ensure_built(
+    out: str,
+    seed: int = 0,
+    force: bool = False,
+    size: str = build.DEFAULT_SIZE,
+    warm: dict | None = None,
+    counts: dict = COUNTS,
+    log=print,
+) -> dict:
+    """Build unless a build with the same fingerprint is already there; return the build info."""
+    warm = dict(WARM, **(warm or {}))
+    p = build.paths(out)
+    if not force and all(os.path.exists(x) for x in p.values()):
+        with open(p["info"]) as f:
+            info = json.load(f)
+        if info.get("fingerprint") == fingerprint(seed, warm, size, counts):
+            return info
+    return build_countdown(out, seed, warm, size, counts, log=log)

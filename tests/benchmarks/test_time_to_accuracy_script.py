@@ -1,0 +1,63 @@
+"""benchmarks/time_to_accuracy.sh runs any task and arm set: its runs' commands, read with PRINT_CMD=1
+(nothing is built or run)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "benchmarks", "time_to_accuracy.sh")
+
+
+def run(**env: str) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if k not in ("TASK", "SEEDS", "ARMS", "OUT", "STEPS", "TINY")}
+    full.update(PRINT_CMD="1", PYTHON="python", **env)
+    return subprocess.run(["bash", SCRIPT], env=full, capture_output=True, text=True)
+
+
+def commands(**env: str) -> list[tuple[str, str, list[str]]]:
+    """(arm, seed, command) per run, in the order the script would run them."""
+    res = run(**env)
+    assert res.returncode == 0, res.stderr
+    out = []
+    for line in res.stdout.splitlines():
+        head, cmd = line.split(": ", 1)
+        _, arm, _, seed = head.split()
+        out.append((arm, seed, shlex.split(cmd)))
+    return out
+
+
+def value(cmd: list[str], flag: str) -> str:
+    return cmd[cmd.index(flag) + 1]
+
+
+def test_every_arm_of_every_seed_runs_interleaved_on_the_chosen_task():
+    runs = commands(TASK="countdown", SEEDS="1 2", ARMS="grpo shrink refill df")
+    assert [(arm, seed) for arm, seed, _ in runs] == [
+        (arm, seed) for seed in ("1", "2") for arm in ("grpo", "shrink", "refill", "df")
+    ]
+    for arm, seed, cmd in runs:
+        assert value(cmd, "--reward.remote_url") == "openrlhf_dppo/rewards/countdown.py"
+        assert value(cmd, "--eval.dataset") == ".cache/tiny-countdown/data/eval.jsonl"
+        assert value(cmd, "--ckpt.output_dir") == f"runs/tta_countdown/{arm}_s{seed}"
+        assert value(cmd, "--train.seed") == seed
+        assert value(cmd, "--dppo.enable") == ("true" if arm in ("shrink", "refill") else "false")
+        if arm in ("shrink", "refill"):
+            assert value(cmd, "--dppo.prompt_batch") == arm
+        assert ("--algo.dynamic_filtering_enable" in cmd) == (arm == "df")
+
+
+def test_the_first_task_stays_the_default():
+    (arm, seed, cmd), *_ = commands(SEEDS="3", ARMS="grpo")
+    assert (arm, seed) == ("grpo", "3")
+    assert value(cmd, "--reward.remote_url") == "openrlhf_dppo/rewards/arithmetic.py"
+    assert value(cmd, "--ckpt.output_dir") == "runs/tta/grpo_s3"
+
+
+def test_an_unknown_task_or_arm_is_refused_before_any_run():
+    res = run(TASK="sudoku")
+    assert res.returncode == 2 and "TASK must be addition or countdown, got 'sudoku'" in res.stderr
+    res = run(ARMS="grpo dapo")
+    assert res.returncode == 2 and "unknown arm 'dapo'" in res.stderr and res.stdout == ""
