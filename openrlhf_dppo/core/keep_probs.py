@@ -43,6 +43,14 @@ import torch
 
 from openrlhf_dppo.core.metrics import as_float
 from openrlhf_dppo.core.registry import Registry
+from openrlhf_dppo.metric_keys import (
+    COMPLETION_KEEP_FRAC_EXPECTED,
+    COMPLETION_KEEP_INFEASIBLE,
+    COMPLETION_ZERO_ADV_FRAC,
+    PROMPT_KEEP_FRAC_EXPECTED,
+    PROMPT_KEEP_INFEASIBLE,
+    PROMPT_UNSEEN_FRAC,
+)
 
 COMPLETION_POLICIES = Registry("completion keep-probability policy")
 
@@ -181,8 +189,8 @@ def completion_keep_probs(
     n = v.sum(dim=1)
     p, status = solve_clipped_scale(s, lo, keep_frac * n.to(torch.float64))
     p = torch.where(v, p, 0.0)
-    metrics = _level_metrics("completion", p, n, status)
-    metrics["dppo/completion_zero_adv_frac"] = as_float(((A == 0) & v).sum() / n.sum().clamp_min(1))
+    metrics = _level_metrics(p, n, status, COMPLETION_KEEP_FRAC_EXPECTED, COMPLETION_KEEP_INFEASIBLE)
+    metrics[COMPLETION_ZERO_ADV_FRAC] = as_float(((A == 0) & v).sum() / n.sum().clamp_min(1))
     return p.reshape(adv.shape), metrics
 
 
@@ -207,14 +215,16 @@ def prompt_keep_probs(
     n = v.sum(dim=1)
     q, status = solve_clipped_scale(s, lo, keep_frac * n.to(torch.float64))
     q = torch.where(v, q, 0.0)
-    metrics = _level_metrics("prompt", q, n, status)
-    metrics["dppo/prompt_unseen_frac"] = as_float(unseen.sum() / n.sum().clamp_min(1))
+    metrics = _level_metrics(q, n, status, PROMPT_KEEP_FRAC_EXPECTED, PROMPT_KEEP_INFEASIBLE)
+    metrics[PROMPT_UNSEEN_FRAC] = as_float(unseen.sum() / n.sum().clamp_min(1))
     return q.reshape(scores.shape), metrics
 
 
-def _level_metrics(level: str, p: torch.Tensor, n: torch.Tensor, status: torch.Tensor) -> dict:
+def _level_metrics(
+    p: torch.Tensor, n: torch.Tensor, status: torch.Tensor, expected_key: str, infeasible_key: str
+) -> dict:
     expected = p.sum(dim=1) / n.clamp_min(1)
     return {
-        f"dppo/{level}_keep_frac_expected": as_float(expected.mean()),
-        f"dppo/{level}_keep_infeasible": as_float((status != 0).double().mean()),
+        expected_key: as_float(expected.mean()),
+        infeasible_key: as_float((status != 0).double().mean()),
     }

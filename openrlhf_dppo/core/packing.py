@@ -39,8 +39,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from openrlhf_dppo.core.metrics import PACK_DENSITY, PACK_LOWER_BOUND, PACK_MICRO_BATCHES, PACK_RANK_IMBALANCE
 from openrlhf_dppo.core.registry import Registry
+from openrlhf_dppo.metric_keys import (
+    PACK_DENSITY,
+    PACK_EMPTY_MICRO_BATCHES,
+    PACK_LOWER_BOUND,
+    PACK_MICRO_BATCHES,
+    PACK_RANK_IMBALANCE,
+    PACK_SEQUENCES,
+)
 
 PACKERS = Registry("packer")
 # OpenRLHF's own balanced partitioning, for comparison: the name is valid everywhere, the implementation
@@ -284,8 +291,8 @@ def pack_metrics(lengths: np.ndarray, plan: PackPlan, dp_size: int, empty: int =
         PACK_MICRO_BATCHES: float(k),
         PACK_LOWER_BOUND: float(lower),
         PACK_RANK_IMBALANCE: max(plan.rank_loads) / mean_load if total else 1.0,
-        "dppo/pack_empty_micro_batches": float(empty),
-        "dppo/pack_sequences": float(lengths.size),
+        PACK_EMPTY_MICRO_BATCHES: float(empty),
+        PACK_SEQUENCES: float(lengths.size),
     }
 
 

@@ -196,14 +196,12 @@ def test_no_other_module_opens_metrics_jsonl():
     assert spelled == ["openrlhf_dppo/run_dir.py"]
 
 
-def test_the_dppo_key_names_match_the_core_ones():
-    """core/metrics.py (torch) names the dppo/* keys too, for the core; the report reads run_dir's names."""
+def test_core_and_the_run_dir_take_the_key_names_from_metric_keys():
+    """One spelling: core/metrics.py (torch) and run_dir (re-exporting every name) use metric_keys'."""
+    from openrlhf_dppo import metric_keys as K
     from openrlhf_dppo.core import metrics as M
 
-    names = [
-        n
-        for n in dir(M)
-        if n.isupper() and isinstance(getattr(M, n), str) and getattr(M, n).startswith("dppo/")
-    ]
-    assert len(names) == 9
-    assert {n: getattr(M, n) for n in names} == {n: getattr(R, n) for n in names}
+    names = [n for n in dir(K) if n.isupper()]
+    assert len(names) > 50 and all(getattr(R, n) is getattr(K, n) for n in names)
+    assert all(getattr(M, n) is getattr(K, n) for n in names if hasattr(M, n))
+    assert M.REQUIRED_KEYS is K.REQUIRED_KEYS
