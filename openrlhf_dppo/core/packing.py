@@ -52,7 +52,11 @@ from openrlhf_dppo.metric_keys import (
 PACKERS = Registry("packer")
 # OpenRLHF's own balanced partitioning, for comparison: the name is valid everywhere, the implementation
 # is registered by the adapter (core never imports the host).
-PACKERS.declare("openrlhf", provider="openrlhf_dppo.adapters.packing")
+PACKERS.declare(
+    "openrlhf",
+    provider="openrlhf_dppo.adapters.packing",
+    help="OpenRLHF's own balanced partitions, for comparison; may exceed the budget like the host does",
+)
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ def _lengths(lengths) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-@PACKERS.register("window")
+@PACKERS.register("window", help="window-based greedy best fit, the paper's")
 def window_best_fit(
     lengths: np.ndarray, capacity: int, window: int = 8, fill_on_close: bool = True
 ) -> tuple[list[list[int]], list[int]]:
@@ -174,7 +178,7 @@ def window_best_fit(
     return bins, [capacity - r for r in rooms]
 
 
-@PACKERS.register("ffd")
+@PACKERS.register("ffd", help="first-fit decreasing")
 def first_fit_decreasing(
     lengths: np.ndarray, capacity: int, window: int = 8
 ) -> tuple[list[list[int]], list[int]]:
