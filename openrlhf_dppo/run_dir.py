@@ -104,18 +104,28 @@ def number(value: Any) -> float | None:
     return None
 
 
-def read_status(run_dir: str | os.PathLike) -> dict | None:
-    """status.json as a dict; None when there is none. A broken file raises ValueError naming it."""
-    path = Path(run_dir) / STATUS
-    if not path.is_file():
-        return None
+class RunDirError(ValueError):
+    """A run directory or one of its files cannot be read; the message names the file at fault."""
+
+
+def read_json_object(path: str | os.PathLike) -> dict:
+    """The JSON object in ``path`` (run_config.json, status.json, eval_results.json): the one reader of
+    them. A file that is not valid JSON, or holds something else than an object, raises
+    :class:`RunDirError` (a ``ValueError``) naming it."""
+    path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from err
+        raise RunDirError(f"{path}: not valid JSON ({err})") from err
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, found {type(data).__name__}")
+        raise RunDirError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return data
+
+
+def read_status(run_dir: str | os.PathLike) -> dict | None:
+    """status.json as a dict; None when there is none. A broken file raises RunDirError naming it."""
+    path = Path(run_dir) / STATUS
+    return read_json_object(path) if path.is_file() else None
 
 
 # ---- writing ------------------------------------------------------------------------------------
