@@ -284,7 +284,8 @@ class RunDir:
             return 0
         lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         inherited, own = lines[: len(lines) - self._own_lines], lines[len(lines) - self._own_lines :]
-        keep, cut = [], []
+        keep: list[str] = []
+        cut: list[str] = []
         for line in inherited:
             row = parse_metrics(line)
             s = row[0].get(STEP) if row else None
