@@ -4,7 +4,8 @@ A run directory (``--dppo.run_dir``, default ``--ckpt.output_dir``) holds
 - ``run_config.json``: the parsed arguments, the DPPO config, the algorithm, the hardware, the start time;
 - ``metrics.jsonl``: one JSON object per line, ``{"kind": "train"|"eval", "step": int, "time": unix,
   "wall_time": s, ...metrics}``; one train line per step and one eval line per evaluation;
-- ``status.json``: ``{"state", "step", "max_steps", "updated", "reason"?}``, replaced atomically;
+- ``status.json``: ``{"state", "step", "max_steps", "updated", "reason"?}``, replaced atomically (the
+  states: ``STATES`` below);
 - ``eval_results.json``: written by ``openrlhf-dppo eval`` (optional).
 
 The time keys the writer adds (the trainer does not compute them):
@@ -46,7 +47,34 @@ EVAL_RESULTS = "eval_results.json"
 REPLACED = METRICS + ".replaced-"  # + n: the lines a resume cut from metrics.jsonl
 
 # ---- status.json ----------------------------------------------------------------------------------
-STATES = ("running", "finished", "failed", "cancelled", "requeued")
+# running: training (the trainer). interrupted: the trainer was stopped by a signal (a cancel, a requeue,
+# a preemption, Ctrl-C) and whoever stopped it records the outcome; not final, a reader takes it as in
+# progress. finished / failed: the trainer's end. cancelled / requeued (and failed when the trainer died
+# without a word): the launcher's record (launch/status.py).
+RUNNING, INTERRUPTED, FINISHED, FAILED = "running", "interrupted", "finished", "failed"
+CANCELLED, REQUEUED = "cancelled", "requeued"
+STATES = (RUNNING, INTERRUPTED, FINISHED, FAILED, CANCELLED, REQUEUED)
+IN_PROGRESS = (RUNNING, INTERRUPTED, REQUEUED)  # the run is not over: a reader shows partial numbers
+
+
+# ---- status.json keys the readers check ----------------------------------------------------------
+STATUS_STATE, STATUS_STEP, STATUS_MAX_STEPS = "state", "step", "max_steps"
+STATUS_REASON = "reason"  # why a run ended as it did (e.g. the prompts ran out before --dppo.max_steps)
+
+# ---- run_config.json: the machine a run ran on (timings from two machines do not compare) -----------
+MACHINE = "machine"  # {cpu_model, cpu_native_bf16, torch_cpu_capability, device, precision}
+MACHINE_CPU_MODEL = "cpu_model"
+MACHINE_CPU_NATIVE_BF16 = "cpu_native_bf16"
+MACHINE_TORCH_CPU_CAPABILITY = "torch_cpu_capability"
+MACHINE_DEVICE = "device"
+MACHINE_PRECISION = "precision"
+MACHINE_FIELDS = (
+    MACHINE_CPU_MODEL,
+    MACHINE_CPU_NATIVE_BF16,
+    MACHINE_TORCH_CPU_CAPABILITY,
+    MACHINE_DEVICE,
+    MACHINE_PRECISION,
+)
 
 
 # ---- reading ----------------------------------------------------------------------------------------
@@ -142,7 +170,9 @@ def write_status(run_dir: str | os.PathLike, state: str, step: int | None, **ext
     """Replace status.json: ``{"state", "step", "max_steps", "updated", **extra}`` (e.g. ``reason``).
 
     ``step=None`` keeps the step of the current file (0 without one), so that a launcher that does not
-    know the step cannot set it back; ``max_steps`` is kept likewise unless given.
+    know the step cannot set it back; ``max_steps`` is kept likewise unless given. "interrupted" never
+    replaces failed, cancelled or requeued (a launcher's outcome may land before the stopped trainer's
+    last write); the file is then left as it is and returned.
     """
     if state not in STATES:
         raise ValueError(f"status state must be one of {', '.join(STATES)}; got {state!r}")
@@ -151,6 +181,8 @@ def write_status(run_dir: str | os.PathLike, state: str, step: int | None, **ext
         old = read_status(run_dir) or {}
     except ValueError:
         pass  # a broken status file is replaced
+    if state == INTERRUPTED and old.get("state") in (FAILED, CANCELLED, REQUEUED):
+        return old
     status = {
         "state": state,
         "step": int(old.get("step", 0) if step is None else step),
@@ -160,6 +192,17 @@ def write_status(run_dir: str | os.PathLike, state: str, step: int | None, **ext
     status.update({k: v for k, v in extra.items() if v is not None})
     _write_json(Path(run_dir) / STATUS, status)
     return status
+
+
+def ended_by(err: BaseException) -> tuple[str, str]:
+    """(state, reason) for status.json when training ends with ``err``: "interrupted" for the
+    ``SystemExit`` of a signal (Ray's SIGTERM handler in the trainer actor raises it) or Ctrl-C's
+    ``KeyboardInterrupt`` -- the job is being stopped and its launcher records why -- else "failed"."""
+    text = " ".join(str(err).split())
+    what = f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
+    if isinstance(err, (SystemExit, KeyboardInterrupt)):
+        return INTERRUPTED, f"the trainer was stopped ({what}); the launcher, if any, records the outcome"
+    return FAILED, what
 
 
 def to_plain(obj):

@@ -36,7 +36,6 @@ Seams (``OpenRLHF SamplesGenerator``):
 from __future__ import annotations
 
 import itertools
-import math
 
 import torch
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _collect_prompt_batch
@@ -122,10 +121,7 @@ class DPPOSamplesGenerator(SamplesGenerator):
         return experiences, pass_rate, consumed, exhausted
 
     def _n_draw(self, num_prompts: int) -> int:
-        keep = 1.0 - self.dppo.prompt_prune_rate
-        if self.dppo.prompt_batch == "refill" and keep < 1.0:
-            return max(num_prompts, math.floor(num_prompts / keep + 1e-9))
-        return num_prompts
+        return self.dppo.prompts_drawn(num_prompts)
 
     # ---- vLLM: pruning and what the filter dropped -----------------------------------------------
     def _generate_vllm(self, dataloader_iter, num_prompts: int, dynamic_filtering, **generate_kwargs):

@@ -260,8 +260,9 @@ class _DPPOTrainer(_PPOTrainerBase):
             source = functools.partial(self._next_rollouts, generator.generate_samples)
             with swap_attr(generator, "generate_samples", source):
                 super().fit(global_step)
-        except BaseException:
-            self.run_dir.status("failed", self._last_step)
+        except BaseException as err:  # a stop signal: "interrupted", not final (the launcher records why)
+            state, why = rd.ended_by(err)
+            self.run_dir.status(state, self._last_step, reason=why)
             raise
         reason = None
         if self.step_limit is not None and self._last_step < self.step_limit:

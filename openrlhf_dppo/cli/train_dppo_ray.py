@@ -15,7 +15,8 @@ standard-library imports), with two statements replaced -- each must read exactl
    token budget);
 2. the final ``train(args)``  ->  ``__dppo_train__(args)``: installs the CPU layer (a no-op with CUDA)
    and the DPPO classes (``openrlhf_dppo.adapters.install``), then calls OpenRLHF's real ``train``.
-   Ray is first imported here: bad input never starts it.
+   Ray is first imported here: bad input never starts it. An AssertionError of OpenRLHF's validation
+   (between the two) becomes a one-line error with status 2, like DPPO's own refusals.
 
 If the script does not have the expected shape (another OpenRLHF version), this fails loudly.
 ``--dppo.enable false`` installs only the run-directory writer: every number is OpenRLHF's GRPO.
@@ -156,10 +157,10 @@ def main(
     except ConfigError as err:
         raise SystemExit(f"train_dppo_ray: --config: {err}") from err
     origin, tree = _load_openrlhf_main()
-    state = SimpleNamespace(cfg=None, result=None)
+    state = SimpleNamespace(cfg=None, result=None, parser=None, training=False)
 
     def parse_hook(parser: argparse.ArgumentParser):
-        add_dppo_arguments(parser)
+        state.parser = add_dppo_arguments(parser)
         ns = parser.parse_args(argv)
         try:  # before OpenRLHF's validation, whose asserts would hide DPPO's reasons
             state.cfg, _ = validate(vars(ns), check_inputs=check_inputs)
@@ -171,6 +172,7 @@ def main(
         return ns
 
     def train_hook(args):
+        state.training = True
         args.dppo_meta = SimpleNamespace(argv=list(argv), start_time=start_time)
         if train_fn is not None:
             state.result = train_fn(args)
@@ -184,7 +186,12 @@ def main(
         state.result = train_ppo_ray.train(args)
 
     namespace = {"__name__": "__main__", "__file__": origin, PARSE_HOOK: parse_hook, TRAIN_HOOK: train_hook}
-    exec(compile(tree, origin, "exec"), namespace)
+    try:
+        exec(compile(tree, origin, "exec"), namespace)
+    except AssertionError as err:  # OpenRLHF's validation (validate() checks the known ones first)
+        if state.parser is None or state.training:
+            raise
+        state.parser.exit(2, f"{state.parser.prog}: error: OpenRLHF refused the arguments: {err}\n")
     return state.result
 
 

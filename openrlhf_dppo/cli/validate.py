@@ -8,9 +8,13 @@ this order:
 1. DPPO's own flags (``DPPOConfig``, ``RunOptions``): the field's error names ``--dppo.<field>``.
 2. What DPPO needs from the rest of the command (only with DPPO on): vLLM engines, rewards on the
    rollouts (``--reward.remote_url`` or ``--train.agent_func_path``), a group advantage estimator, ...
-3. Budgets and sequence limits (both arms where the host needs them too).
+3. Budgets and sequence limits (both arms where the host needs them too), and the conditions OpenRLHF
+   0.11.2 asserts (``check_host_asserts``: in its validation, or later in ``train`` after Ray started),
+   so that they fail here with the flag's name instead of a bare AssertionError.
 4. The inputs named on the command line exist (``check_inputs``; both arms): model, datasets, reward
-   file or URL, agent file. Rule for names that may be Hugging Face Hub ids (models, datasets):
+   file or URL, agent file; and what ``cli.inputs`` checks on them (the reward or agent file imports and
+   has OpenRLHF's function or class, a reward URL answers, the dataset's first record has the keys, the
+   output directories are writable). Rule for names that may be Hugging Face Hub ids (models, datasets):
    a name that exists on this machine is used as it is; a name that only a local path can be (it starts
    with ``/``, ``./``, ``../`` or ``~``, has more than one ``/``, or -- datasets -- ends in a data-file
    or ``.py`` extension, which OpenRLHF always loads from disk) must exist; any other name is taken
@@ -26,6 +30,7 @@ import glob
 import os
 import re
 
+from openrlhf_dppo.cli import inputs
 from openrlhf_dppo.cli.flags import build_options, dppo_values_from_flags
 from openrlhf_dppo.core.config import DPPOConfig, DPPOConfigError
 
@@ -65,8 +70,10 @@ def validate(flags: dict, check_inputs: bool = True):
     if cfg.enable:
         check_dppo_requirements(flags, cfg)
     check_limits(flags, dppo=cfg.enable)
+    check_host_asserts(flags)
     if check_inputs:
         check_input_files(flags)
+        check_output_dirs(flags)
     return cfg, run
 
 
@@ -116,10 +123,14 @@ def check_dppo_requirements(flags: dict, cfg: DPPOConfig) -> None:
             "DPPO prunes each step's drawn prompt batch; it must equal --rollout.batch_size.",
         )
     if cfg.prompt_batch == "refill" and cfg.prompt_prune_rate > 0 and cfg.sampling != "systematic":
+        b = flags["rollout.batch_size"]
         raise FlagError(
             "--dppo.prompt_batch",
-            "refill needs --dppo.sampling systematic (a fixed kept count keeps the rolled-out batch within "
-            "--rollout.batch_size).",
+            f"refill needs --dppo.sampling systematic. It draws {cfg.prompts_drawn(b)} prompts per step "
+            f"(--rollout.batch_size {b} / (1 - r_q)) and rolls out every kept one: a fixed kept count makes "
+            f"that about {b} (within one) once the history knows the prompts (bernoulli would vary it from step "
+            f"to step). While they are unseen (q = 1, all of epoch 1) a step rolls out up to {cfg.prompts_drawn(b)}, in "
+            "GRPO's number of optimizer steps.",
         )
     coef = flags["actor.aux_loss_coef"]
     if coef and coef > 0:
@@ -173,6 +184,68 @@ def check_limits(flags: dict, dppo: bool) -> None:
         )
 
 
+def check_host_asserts(flags: dict) -> None:
+    """What OpenRLHF 0.11.2 asserts about the command line (``openrlhf/cli/train_ppo_ray.py``), refused
+    here with the flag's name: its validation's asserts raise a bare AssertionError, and those in
+    ``train`` come after Ray has started."""
+    low, high = flags["algo.dynamic_filtering_range"]
+    if not low < high:
+        raise FlagError(
+            "--algo.dynamic_filtering_range",
+            f"{low} {high}: expected LOW HIGH with LOW < HIGH (groups whose mean reward lies outside it are "
+            "filtered out)",
+        )
+    for flag in ("rollout.micro_batch_size", "ds.ring_attn_size", "ds.tensor_parallel_size"):
+        if flags[flag] < 1:
+            raise FlagError(f"--{flag}", f"{flags[flag]}: must be >= 1")
+    actors = flags["actor.num_nodes"] * flags["actor.num_gpus_per_node"]
+    processes = actors // flags["ds.ring_attn_size"] // flags["ds.tensor_parallel_size"]
+    n, batch, micro = (
+        flags[f"rollout.{k}"] for k in ("n_samples_per_prompt", "batch_size", "micro_batch_size")
+    )
+    if n * batch // micro < processes:
+        raise FlagError(
+            "--rollout.micro_batch_size",
+            f"{micro}: --rollout.batch_size {batch} x --rollout.n_samples_per_prompt {n} makes "
+            f"{n * batch // micro} micro-batches of {micro}, fewer than the {processes} actor processes "
+            "(--actor.num_nodes x --actor.num_gpus_per_node / --ds.ring_attn_size / --ds.tensor_parallel_size); "
+            "each needs one. Lower it or raise --rollout.batch_size.",
+        )
+    colocated = flags["train.colocate_actor_ref"] or flags["train.colocate_all"]
+    ref_like_actor = (flags["ref.num_nodes"], flags["ref.num_gpus_per_node"]) == (
+        flags["actor.num_nodes"],
+        flags["actor.num_gpus_per_node"],
+    )
+    if colocated and flags["algo.kl.init_coef"] > 0 and not ref_like_actor:
+        raise FlagError(
+            "--ref.num_gpus_per_node",
+            "the reference model shares the actor's GPUs (--train.colocate_actor_ref or --train.colocate_all): "
+            "--ref.num_nodes and --ref.num_gpus_per_node must equal --actor.num_nodes and "
+            "--actor.num_gpus_per_node",
+        )
+    engines, tp = flags["vllm.num_engines"] or 0, flags["vllm.tensor_parallel_size"]
+    colocated_all = flags["train.colocate_all"] and not flags["train.async_enable"]
+    if engines > 0 and colocated_all and engines * tp != actors:
+        raise FlagError(
+            "--vllm.num_engines",
+            f"{engines} x --vllm.tensor_parallel_size {tp} GPUs for vLLM, but the actor has {actors} "
+            "(--train.colocate_all puts every model on the same GPUs): they must be equal",
+        )
+
+
+def check_output_dirs(flags: dict) -> None:
+    """The directories the run writes in can be created and written (``cli.inputs``)."""
+    dirs = {"--ckpt.output_dir": flags["ckpt.output_dir"], "--dppo.run_dir": flags.get("dppo.run_dir")}
+    if (flags["ckpt.save_steps"] or 0) > 0:
+        dirs["--ckpt.path"] = flags["ckpt.path"]
+    for flag, path in dirs.items():
+        if path:
+            try:
+                inputs.check_writable_dir(path)
+            except inputs.InputError as err:
+                raise FlagError(flag, str(err)) from None
+
+
 def check_input_files(flags: dict) -> None:
     """The model, datasets, reward function and agent named on the command line exist (rule: module doc)."""
     model = flags["actor.model_name_or_path"]
@@ -190,9 +263,10 @@ def check_input_files(flags: dict) -> None:
         raise FlagError(
             "--data.prompt_dataset", "required: a local data file or directory, or a Hugging Face Hub id"
         )
-    _check_datasets("--data.prompt_dataset", flags["data.prompt_dataset"])
+    keys = {"--data.input_key": flags["data.input_key"], "--data.label_key": flags["data.label_key"]}
+    _check_datasets("--data.prompt_dataset", flags["data.prompt_dataset"], keys)
     if flags["eval.dataset"]:
-        _check_datasets("--eval.dataset", flags["eval.dataset"])
+        _check_datasets("--eval.dataset", flags["eval.dataset"], keys)
     agent = flags["train.agent_func_path"]
     if agent:  # OpenRLHF then ignores --reward.remote_url: the agent returns the rewards
         if not agent.endswith(".py"):
@@ -201,6 +275,7 @@ def check_input_files(flags: dict) -> None:
             )
         if not os.path.isfile(agent):
             raise FlagError("--train.agent_func_path", f"{agent}: no such file")
+        _check_input("--train.agent_func_path", inputs.check_python_file, agent, "agent")
     elif flags["reward.remote_url"]:
         _check_reward_urls(flags["reward.remote_url"])
 
@@ -227,12 +302,24 @@ def _check_model(flag: str, name: str) -> None:
         )
 
 
-def _check_datasets(flag: str, value: str) -> None:
-    """OpenRLHF's form: comma-separated entries, each ``path_or_id[@data_dir]``."""
+def _check_input(flag: str, check, *args) -> None:
+    try:
+        check(*args)
+    except inputs.InputError as err:
+        raise FlagError(flag, str(err)) from None
+
+
+def _check_datasets(flag: str, value: str, keys: dict[str, str | None]) -> None:
+    """OpenRLHF's form: comma-separated entries, each ``path_or_id[@data_dir]``. keys: {flag: key} the
+    first record of a local data file must have (``cli.inputs.missing_key``)."""
     for entry in value.split(","):
         name = entry.split("@")[0].strip()
         if not name:
             raise FlagError(flag, f"{value!r} has an empty dataset entry")
+        if "://" not in name and os.path.isfile(os.path.expanduser(name)):
+            missing = inputs.missing_key(os.path.expanduser(name), keys)
+            if missing is not None:
+                raise FlagError(*missing)
         if "://" in name or _exists(name):
             continue
         ext = os.path.splitext(name)[1].lower()
@@ -250,6 +337,7 @@ def _check_reward_urls(value: str) -> None:
     """OpenRLHF's form: comma-separated endpoints; a first entry ending in .py is a reward-function file."""
     for i, entry in enumerate(e.strip() for e in value.split(",")):
         if entry.startswith(("http://", "https://")):
+            _check_input("--reward.remote_url", inputs.check_url_answers, entry)
             continue
         if entry.endswith(".py"):
             if i > 0:
@@ -260,6 +348,7 @@ def _check_reward_urls(value: str) -> None:
                 )
             if not os.path.isfile(entry):
                 raise FlagError("--reward.remote_url", f"{entry}: no such reward-function file")
+            _check_input("--reward.remote_url", inputs.check_python_file, entry, "reward")
             continue
         raise FlagError(
             "--reward.remote_url",

@@ -11,6 +11,7 @@ carries the field, the value and the reason.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from openrlhf_dppo.core.history import REWARD_KINDS
@@ -112,8 +113,8 @@ class DPPOConfig:
         "shrink",
         "shrink: a step rolls out only the kept prompts (a smaller, cheaper step); refill: floor(B / (1 - "
         "r_q)) prompts are drawn and every kept one is rolled out and trained in that step (about B = "
-        "--rollout.batch_size once the prompts are known, up to floor(B / (1 - r_q)) while most are unseen; "
-        "needs --dppo.sampling systematic)",
+        "--rollout.batch_size once the prompts are known, up to floor(B / (1 - r_q)) while most are unseen, "
+        "always in GRPO's number of optimizer steps; needs --dppo.sampling systematic)",
         choices=PROMPT_BATCH_MODES,
     )
     drop_zero_advantage: bool = option(
@@ -175,6 +176,16 @@ class DPPOConfig:
     @property
     def completion_keep_frac(self) -> float:
         return 1.0 - self.completion_prune_rate
+
+    def prompts_drawn(self, batch_size: int) -> int:
+        """Prompts drawn per step for ``--rollout.batch_size`` B: B (shrink), floor(B / (1 - r_q)) (refill).
+
+        Every kept prompt of the draw is rolled out in its step: about B with refill once the history
+        knows the prompts (exactly round(sum q) with systematic sampling), but up to the whole draw while
+        they are unseen (q = 1: all of epoch 1). The optimizer steps per step stay GRPO's (from B)."""
+        if self.prompt_batch == "refill" and self.prompt_keep_frac < 1.0:
+            return max(batch_size, math.floor(batch_size / self.prompt_keep_frac + 1e-9))
+        return batch_size
 
     @classmethod
     def from_namespace(cls, ns) -> DPPOConfig:

@@ -1,8 +1,10 @@
 """What the launcher records in the run's status.json when the trainer process ends without finishing.
 
 The trainer writes status.json while it runs ("running" with its step, "finished", "failed" on an error
-it sees). It cannot record its own death: `kill -9`, the OOM killer, a cancel or a requeue end it
-without a word. The launcher sees the exit code, and Slurm knows why the job is ending:
+it sees, "interrupted" when a signal stops it: a cancel, a requeue, a preemption). "interrupted" is not
+an outcome (readers take it as in progress, ``run_dir.IN_PROGRESS``) and never replaces the launcher's
+record. The trainer cannot record its own death: `kill -9`, the OOM killer, a cancel or a requeue end
+it without a word. The launcher sees the exit code, and Slurm knows why the job is ending:
 
 | trainer exit | Slurm job state               | requeue asked for by             | status.json (reason)           | then                       |
 |--------------|-------------------------------|----------------------------------|--------------------------------|----------------------------|
@@ -11,7 +13,7 @@ without a word. The launcher sees the exit code, and Slurm knows why the job is 
 | not 0        | REQUEUED, REQUEUE_*, PENDING  | Slurm (hard requeue, preemption) | requeued                       | exit, Slurm restarts it    |
 | not 0        | any                           | the launcher (its signal)        | requeued                       | exit, Slurm restarts it    |
 | not 0        | TIMEOUT, PREEMPTED, ...       | nobody                           | failed (with the state)        | the task fails at once     |
-| not 0        | RUNNING, SIGTERM to the job   | nobody yet                       | unchanged while waiting        | wait for the signal, then  |
+| not 0        | RUNNING, SIGTERM to the job   | nobody yet                       | the trainer's while waiting    | wait for the signal, then  |
 |              |                               |                                  |                                | failed if none came        |
 | not 0        | RUNNING                       | nobody                           | failed ("killed by signal 9")  | the task fails at once     |
 

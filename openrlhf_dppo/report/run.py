@@ -26,8 +26,8 @@ __all__ = ["Run", "RunDirError", "load_run", "number", "run_names", "series"]
 class Run:
     """One run directory, parsed.
 
-    ``state`` is status.json's "running", "finished", "failed", "cancelled" or "requeued" (a run with
-    metrics but no status.json is taken as running; running and requeued runs are in progress). ``train``/``evals`` are the metric lines with kind=train /
+    ``state`` is status.json's (``run_dir.STATES``; a run with metrics but no status.json is taken as
+    running; running, interrupted and requeued runs are in progress: ``run_dir.IN_PROGRESS``). ``train``/``evals`` are the metric lines with kind=train /
     kind=eval, sorted by step; a line repeated for the same step (a resumed run) keeps the last one.
     ``notes`` collects what was tolerated while reading (skipped partial line, duplicate steps).
     """
@@ -49,7 +49,7 @@ class Run:
 
     @property
     def in_progress(self) -> bool:
-        return self.state in ("running", "requeued")
+        return self.state in R.IN_PROGRESS
 
     @property
     def algo(self) -> str:
@@ -83,7 +83,7 @@ class Run:
             return self.state
         done = self.train[-1]["step"] if self.train else 0
         total = (self.status or {}).get("max_steps")
-        what = "in progress" if self.state == "running" else "requeued"
+        what = "in progress" if self.state == "running" else self.state
         return f"{what} (step {done}/{total})" if total else f"{what} (step {done})"
 
 
@@ -131,7 +131,7 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
     status = _read_json(run_dir / STATUS) if (run_dir / STATUS).is_file() else None
     if (run_dir / METRICS).is_file():
         train, evals = _read_metrics(run_dir / METRICS, notes)
-    elif status is not None and status.get("state", "running") in ("running", "requeued"):
+    elif status is not None and status.get("state", "running") in R.IN_PROGRESS:
         train, evals = [], []  # started, first step not logged yet
         notes.append(f"no {METRICS} yet")
     else:

@@ -110,6 +110,7 @@ def test_a_resumed_run_reports_the_restored_step_from_its_first_status_never_ste
     assert written == [("running", 6), ("failed", 6)]
     saved = json.load(open(tmp_path / "run" / "status.json"))
     assert (saved["state"], saved["step"], saved["max_steps"]) == ("failed", 6, 9)
+    assert saved["reason"] == "RuntimeError: killed"
 
 
 def test_a_run_whose_prompts_run_out_before_max_steps_says_so(tmp_path, monkeypatch):

@@ -7,6 +7,9 @@ without it). The accepted commands at the end are the check that this detection 
 validation and reach the point where Ray is imported.
 """
 
+import socket
+from pathlib import Path
+
 import pytest
 from cli_commands import local_command, replaced, run_cli, without
 
@@ -17,6 +20,32 @@ def _no_vllm(argv):
 
 def _no_reward(argv):
     return without(argv, "--reward.remote_url")
+
+
+def _file(argv, name: str, text: str) -> str:
+    """Write ``name`` beside the local command's files (its model directory's parent); returns its path."""
+    path = Path(argv[argv.index("--actor.model_name_or_path") + 1]).parent / name
+    path.write_text(text)
+    return str(path)
+
+
+def _with_reward(argv, text: str):
+    return replaced(argv, "--reward.remote_url", _file(argv, "bad_reward.py", text))
+
+
+def _with_dataset(argv, name: str, text: str):
+    return replaced(argv, "--data.prompt_dataset", _file(argv, name, text))
+
+
+def _closed_loopback_url() -> str:
+    """An http URL on this machine's loopback where nothing listens (a port just freed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/get_reward"
+
+
+AGENT = "class AgentExecutor:\n    pass\n"
 
 
 # id -> (how to change the valid local command, the flag the message must name, text it must contain)
@@ -97,6 +126,87 @@ REFUSED = {
         lambda a: a + ["--actor.aux_loss_coef", "0.01"], "--actor.aux_loss_coef",
         "cannot carry DPPO's per-sequence weights",
     ),
+    # the message states what refill does with this command's numbers (B = 4, r_q = 0.5)
+    "refill-with-bernoulli": (
+        lambda a: a + ["--dppo.prompt_prune_rate", "0.5", "--dppo.prompt_batch", "refill", "--dppo.sampling",
+                       "bernoulli"],
+        "--dppo.prompt_batch", "refill needs --dppo.sampling systematic. It draws 8 prompts per step "
+        "(--rollout.batch_size 4 / (1 - r_q)) and rolls out every kept one: a fixed kept count makes that about "
+        "4 (within one) once the history knows the prompts (bernoulli would vary it from step to step). While "
+        "they are unseen (q = 1, all of epoch 1) a step rolls out up to 8, in GRPO's number of optimizer steps.",
+    ),
+    # what the run writes: created inside Ray today, so checked here
+    "output-dir-under-a-file": (
+        lambda a: replaced(a, "--ckpt.output_dir", a[a.index("--data.prompt_dataset") + 1] + "/out"),
+        "--ckpt.output_dir", "train.jsonl/out: cannot be created: ",
+    ),
+    "run-dir-not-writable": (
+        lambda a: a + ["--dppo.run_dir", "/proc/dppo-run"], "--dppo.run_dir",
+        "/proc/dppo-run: not writable (cannot create it in /proc",
+    ),
+    "checkpoint-dir-under-a-file": (
+        lambda a: a + ["--ckpt.save_steps", "2", "--ckpt.path", _file(a, "f.txt", "x") + "/ckpt"],
+        "--ckpt.path", "f.txt/ckpt: cannot be created: ",
+    ),
+    # the reward file is imported (in a child process) and must have OpenRLHF's reward_func
+    "reward-file-does-not-import": (
+        lambda a: _with_reward(a, "import numpy\nimport no_such_module_dppo\n"), "--reward.remote_url",
+        "bad_reward.py does not import: ModuleNotFoundError: No module named 'no_such_module_dppo' (line 2)",
+    ),
+    "reward-file-syntax-error": (
+        lambda a: _with_reward(a, "def reward_func(queries, prompts, labels)\n    return 1\n"),
+        "--reward.remote_url", "bad_reward.py does not import: SyntaxError",
+    ),
+    "reward-file-without-reward-func": (
+        lambda a: _with_reward(a, "def reward(queries, prompts, labels):\n    return None\n"),
+        "--reward.remote_url", "bad_reward.py has no function reward_func(queries, prompts, labels)",
+    ),
+    "reward-func-with-the-wrong-arguments": (
+        lambda a: _with_reward(a, "def reward_func(queries):\n    return None\n"), "--reward.remote_url",
+        "reward_func(queries) cannot be called as reward_func(queries, prompts, labels)",
+    ),
+    "agent-file-without-agent-executor": (
+        lambda a: _no_reward(a) + ["--train.agent_func_path", _file(a, "agent.py", "x = 1\n")],
+        "--train.agent_func_path", "agent.py has no class AgentExecutor",
+    ),
+    "reward-url-does-not-answer": (
+        lambda a: replaced(a, "--reward.remote_url", _closed_loopback_url()), "--reward.remote_url",
+        "/get_reward: nothing answers at 127.0.0.1:",
+    ),
+    # the dataset's first record must have the keys
+    "input-key-missing-jsonl": (
+        lambda a: replaced(a, "--data.input_key", "question"), "--data.input_key",
+        "'question' is not a field of the first record of ",
+    ),
+    "label-key-missing-jsonl": (
+        lambda a: a + ["--data.label_key", "answer"], "--data.label_key",
+        "'answer' is not a field of the first record of ",
+    ),
+    "input-key-missing-json-array": (
+        lambda a: _with_dataset(a, "train.json", '[{"prompt": "1+1", "label": "2"}]'), "--data.input_key",
+        "'input' is not a field of the first record of ",
+    ),
+    "input-key-missing-eval-jsonl": (
+        lambda a: a + ["--eval.dataset", _file(a, "eval.jsonl", '{"question": "2+2"}\n')], "--data.input_key",
+        "eval.jsonl (its fields: 'question')",
+    ),
+    # OpenRLHF's own asserts, refused with the flag's name instead of an AssertionError traceback
+    "dynamic-filtering-range-reversed": (
+        lambda a: a + ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0.99", "0.01"],
+        "--algo.dynamic_filtering_range", "0.99 0.01: expected LOW HIGH with LOW < HIGH",
+    ),
+    "fewer-sample-batches-than-actor-processes": (
+        lambda a: a + ["--rollout.micro_batch_size", "32"], "--rollout.micro_batch_size",
+        "makes 0 micro-batches of 32, fewer than the 1 actor processes",
+    ),
+    "colocated-vllm-gpus-differ-from-the-actor": (
+        lambda a: a + ["--train.colocate_all", "--vllm.tensor_parallel_size", "2"], "--vllm.num_engines",
+        "1 x --vllm.tensor_parallel_size 2 GPUs for vLLM, but the actor has 1",
+    ),
+    "colocated-ref-differs-from-the-actor": (
+        lambda a: replaced(a, "--algo.kl.init_coef", "0.01") + ["--train.colocate_actor_ref", "--ref.num_nodes", "2"],
+        "--ref.num_gpus_per_node", "must equal --actor.num_nodes and --actor.num_gpus_per_node",
+    ),
     # the files must exist for the GRPO baseline too
     "grpo-missing-prompt-dataset": (
         lambda a: replaced(a, "--data.prompt_dataset", "/nonexistent.jsonl") + ["--dppo.enable", "false"],
@@ -122,7 +232,9 @@ ACCEPTED = {
         replaced(a, "--actor.model_name_or_path", "Qwen/Qwen3-4B"), "--data.prompt_dataset", "openai/gsm8k"
     ),
     # an agent puts the rewards on the rollouts: DPPO accepts it without --reward.remote_url
-    "dppo-with-an-agent": lambda a, d: _no_reward(a) + ["--train.agent_func_path", str(d / "reward.py")],
+    "dppo-with-an-agent": lambda a, d: _no_reward(a) + ["--train.agent_func_path", _file(a, "agent.py", AGENT)],
+    # a .json dataset holding JSON Lines, with the keys
+    "json-lines-in-a-json-file": lambda a, d: _with_dataset(a, "t.json", '{"input": "1+1"}\n{"input": "2"}\n'),
     # the GRPO baseline takes what OpenRLHF takes: DPPO's requirements do not apply
     "grpo-with-openrlhf-only-settings": lambda a, d: _no_reward(_no_vllm(a)) + [
         "--dppo.enable", "false", "--reward.model_name_or_path", "org/rm", "--actor.aux_loss_coef", "0.01",
@@ -136,3 +248,25 @@ def test_valid_input_gets_past_validation_to_ray(case, tmp_path):
     proc, ray_imported = run_cli(ACCEPTED[case](local_command(tmp_path), tmp_path), tmp_path)
     assert ray_imported, proc.stderr[-3000:]
     assert "tests/cli: ray imported" in proc.stderr and proc.returncode == 1
+
+
+def test_a_reward_url_that_answers_gets_past_validation(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as server:  # accepts connections (backlog): it answers
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/get_reward"
+        proc, ray_imported = run_cli(replaced(local_command(tmp_path), "--reward.remote_url", url), tmp_path)
+    assert ray_imported, proc.stderr[-3000:]
+
+
+def test_an_openrlhf_assert_not_checked_by_name_is_one_line_not_a_traceback(tmp_path):
+    # GRPO baseline, one completion per prompt: OpenRLHF's validation asserts n_samples_per_prompt > 1
+    argv = replaced(local_command(tmp_path), "--rollout.n_samples_per_prompt", "1") + [
+        "--dppo.enable",
+        "false",
+    ]
+    proc, ray_imported = run_cli(argv, tmp_path)
+    assert proc.returncode == 2 and not ray_imported, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == (
+        "train_dppo_ray.py: error: OpenRLHF refused the arguments: group_norm requires n_samples_per_prompt > 1"
+    ), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr

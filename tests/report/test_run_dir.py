@@ -140,7 +140,8 @@ def test_status_json(tmp_path):
         assert R.write_status(tmp_path, state, 5)["state"] == state
     assert "reason" not in R.read_status(tmp_path)
     with pytest.raises(
-        ValueError, match="status state must be one of running, finished, failed, cancelled, requeued"
+        ValueError,
+        match="status state must be one of running, interrupted, finished, failed, cancelled, requeued",
     ):
         R.write_status(tmp_path, "done", 5)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]  # no temporary file left
