@@ -38,7 +38,7 @@ format: tools         ## ruff: apply the safe fixes (import order, ...) and form
 hooks: tools          ## install the git pre-commit hook (ruff check + format of the staged files)
 	$(TOOLS)/bin/pre-commit install
 
-typecheck: tools setup-cpu  ## mypy over openrlhf_dppo/core, against .venv's torch
+typecheck: tools setup-cpu  ## mypy over core, metric_keys, run_dir, report, adapters ([tool.mypy]), against .venv's torch
 	$(TOOLS)/bin/mypy --python-executable $(PY)
 
 test-unit: setup-cpu  ## everything that needs no Ray pipeline and no Slurm (a few minutes)

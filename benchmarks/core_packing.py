@@ -29,6 +29,7 @@ import numpy as np
 
 from openrlhf_dppo.core import pack
 from openrlhf_dppo.core.packing import distribute, window_best_fit
+from openrlhf_dppo.metric_keys import PACK_DENSITY, PACK_LOWER_BOUND
 
 CAPACITY, DP, GROUP = 16_384, 8, 8
 
@@ -66,10 +67,10 @@ def run_ours(lengths, packer, repeats):
         times.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
     rank_mbs = [[np.asarray(mb, dtype=np.int64) for mb in r] for r in plan.rank_micro_batches]
-    lower = int(m["dppo/pack_lower_bound"])
+    lower = int(m[PACK_LOWER_BOUND])
     out = _summary(packer, rank_mbs, lengths, statistics.median(times), lower, statistics.median(cpu))
     out["min_ms"] = min(times) * 1e3
-    assert abs(out["density"] - m["dppo/pack_density"]) < 1e-12
+    assert abs(out["density"] - m[PACK_DENSITY]) < 1e-12
     return out
 
 

@@ -1,18 +1,19 @@
 """Unbiasedness table: bias of the pruned-and-reweighted gradient in standard errors, and the variance
-inflation, per level, policy, sampling design and pruning rate (the Monte-Carlo toy of
+inflation, per level, policy (every registered one), sampling design and pruning rate (the Monte-Carlo toy of
 ``tests/core/dppo_mc_sim.py``: B = 6 prompts, one never seen, G = 4, a 3-token softmax policy).
 
 Columns: max |z| over the 3 gradient coordinates of mean(g_hat - g) / SE (unbiased: below 4 expected);
 the same for the kept-count normalised control (biased); Var ratio = trace Var(g_hat) / trace Var(g)
 next to 1/(1-r); the realised fraction of completions trained.
 
-Usage: python benchmarks/core_unbiased.py [--replicates 20000]
+Usage: python benchmarks/core_unbiased.py [--replicates 20000] [--levels completion] [--policies topk ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import zlib
 from pathlib import Path
 
 import torch
@@ -20,10 +21,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "core"))
 from dppo_mc_sim import Toy, simulate  # noqa: E402
 
+from openrlhf_dppo.core import COMPLETION_POLICIES, FIXED_SIZE_DESIGNS, SAMPLING_DESIGNS  # noqa: E402
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--replicates", type=int, default=20000)
+    ap.add_argument("--levels", nargs="+", default=["both", "prompt", "completion"])
+    ap.add_argument("--policies", nargs="+", default=COMPLETION_POLICIES.names(), help="default: every one")
+    ap.add_argument("--designs", nargs="+", default=SAMPLING_DESIGNS.names())
+    ap.add_argument("--rates", nargs="+", type=float, default=[0.3, 0.5, 0.7, 0.9])
     args = ap.parse_args()
     torch.set_num_threads(1)
     toy = Toy()
@@ -32,12 +39,11 @@ def main() -> None:
         "| trained frac |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    seed = 1000
-    for level in ("both", "prompt", "completion"):
-        for policy in ("uniform-low", "proportional") if level != "prompt" else ("-",):
-            for design in ("bernoulli", "systematic"):
-                for r in (0.3, 0.5, 0.7, 0.9):
-                    seed += 1
+    for level in args.levels:
+        # the prompt level has no completion policy: one row per design and rate
+        for policy in args.policies if level != "prompt" else ["-"]:
+            for design in args.designs:
+                for r in args.rates:
                     res = simulate(
                         toy,
                         args.replicates,
@@ -45,8 +51,8 @@ def main() -> None:
                         r,
                         policy if policy != "-" else "uniform-low",
                         design,
-                        multiple_of=2 if design == "systematic" else 1,
-                        seed=seed,
+                        multiple_of=2 if design in FIXED_SIZE_DESIGNS else 1,
+                        seed=zlib.crc32(repr((level, policy, design, r)).encode()),
                     )
                     print(
                         f"| {level} | {policy} | {design} | {r} | {res.z.abs().max():.2f} "

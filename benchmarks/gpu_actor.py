@@ -54,6 +54,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from openrlhf_dppo.core import pack  # noqa: E402
+from openrlhf_dppo.metric_keys import PACK_DENSITY, PACK_LOWER_BOUND  # noqa: E402
 
 # Qwen3-0.6B's config.json dimensions (random weights here)
 QWEN3_06B = dict(
@@ -233,7 +234,7 @@ def make_arms(args, seqs, prompt_lens, lens, adv, device) -> list[dict]:
         tokens = int(lens[kept].sum())
         assert tokens == sum(mb.tokens for mb in mbs), "the packer lost or repeated a sequence"
         row = dict(arm=f"packed {frac:g}", frac=frac, seqs=len(kept), tokens=tokens, mbs=mbs)
-        row.update(density=m["dppo/pack_density"], lower=int(m["dppo/pack_lower_bound"]))
+        row.update(density=m[PACK_DENSITY], lower=int(m[PACK_LOWER_BOUND]))
         arms.append(row)
     for a in arms:
         a["kept_token_ratio"] = a["tokens"] / total

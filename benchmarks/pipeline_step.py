@@ -144,6 +144,7 @@ def _spread(values):
 
 def table(args) -> None:
     sys.path.insert(0, str(ROOT))
+    from openrlhf_dppo import metric_keys as K
     from openrlhf_dppo.report import Settings, load_run
     from openrlhf_dppo.report import speedup as S
     from openrlhf_dppo.report.summary import summarize
@@ -151,16 +152,16 @@ def table(args) -> None:
     settings = Settings(warmup=args.warmup, smooth=5, target_reward=None)
     grpo = [summarize(load_run(p), settings) for p in args.grpo]
     dppo = [summarize(load_run(p), settings) for p in args.dppo]
-    phases = ["timing/generation", "timing/make_experience", "timing/ppo_train", "timing/broadcast"]
+    phases = list(K.PHASES)
 
     def used(s):
         return S.after_warmup(s.run.train, args.warmup)
 
     def tok_per_s(s):
-        return _med([r["tokens/trained"] / r["timing/step_total"] for r in used(s)])
+        return _med([r[K.TOKENS_TRAINED] / r[K.STEP_TOTAL] for r in used(s)])
 
     def step_spread(s):
-        lo, hi = _spread([r["timing/step_total"] for r in used(s)])
+        lo, hi = _spread([r[K.STEP_TOTAL] for r in used(s)])
         return f"{lo:.1f}-{hi:.1f}"
 
     def note(s):
@@ -191,7 +192,7 @@ def table(args) -> None:
         "| generation ratio | make_experience ratio | ppo_train ratio |"
     )
     print("|---" * 11 + "|")
-    t_min = _med([min(r["timing/step_total"] for r in used(s)) for s in grpo])
+    t_min = _med([min(r[K.STEP_TOTAL] for r in used(s)) for s in grpo])
     ph = {p: _med([s.phases[p] for s in grpo]) for p in phases}
     for s in dppo:
         r_q, r_o = 1 - s.prompt_keep, 1 - s.completion_keep
@@ -199,13 +200,13 @@ def table(args) -> None:
         lo, hi = _spread([s.step_time / g.step_time for g in grpo])
         ideal = S.ideal_step_ratio(f, min(max(r_q, 0), 1), min(max(r_o, 0), 1))
         cq, co = s.configured_rates
-        r_min = min(r["timing/step_total"] for r in used(s)) / t_min
+        r_min = min(r[K.STEP_TOTAL] for r in used(s)) / t_min
         pr = " | ".join(f"{s.phases[p] / ph[p]:.2f}" for p in phases[:3])
         print(f"| {s.run.name} | ({cq}, {co}) | ({r_q:.2f}, {r_o:.2f}) | {ratio:.3f} ({lo:.3f}-{hi:.3f}) | "
               f"{ideal:.3f} | {ratio / ideal:.2f} | {1 / ratio:.2f}x ({1 / ideal:.2f}x) | {r_min:.3f} | {pr} |")  # fmt: skip
 
-    pack = [k for k in ("dppo/pack_micro_batches", "dppo/pack_lower_bound", "dppo/pack_density",
-                        "dppo/pack_rank_imbalance") if any(k in r for s in dppo for r in s.run.train)]  # fmt: skip
+    pack = [k for k in (K.PACK_MICRO_BATCHES, K.PACK_LOWER_BOUND, K.PACK_DENSITY, K.PACK_RANK_IMBALANCE)
+            if any(k in r for s in dppo for r in s.run.train)]  # fmt: skip
     if pack:
         print()
         print(
@@ -215,11 +216,7 @@ def table(args) -> None:
         for s in dppo:
             packer = (s.run.config.get("dppo") or {}).get("packer")
             cells = [f"{_med([r.get(k) for r in used(s)]):.3f}" for k in pack]
-            print(
-                f"| {s.run.name} | {packer} | "
-                + " | ".join(cells)
-                + f" | {s.phases['timing/ppo_train']:.2f} |"
-            )
+            print(f"| {s.run.name} | {packer} | " + " | ".join(cells) + f" | {s.phases[K.PPO_TRAIN]:.2f} |")
         if args.per_step:
             for s in dppo:
                 print(f"\n{s.run.name} per step (micro-batches, lower bound, density):")

@@ -1,4 +1,4 @@
-"""The run directory: the names of its files and metric keys, its writer and its one reader.
+"""The run directory: the names of its files, its writer and its one reader.
 
 A run directory (``--dppo.run_dir``, default ``--ckpt.output_dir``) holds
 - ``run_config.json``: the parsed arguments, the DPPO config, the algorithm, the hardware, the start time;
@@ -16,7 +16,8 @@ The time keys the writer adds (the trainer does not compute them):
   (``run_config.json``'s ``start_time``) to the start of that step.
 
 Standard library only: ``openrlhf-dppo compare`` reads run directories on a machine without torch or
-the host. Every consumer reads ``metrics.jsonl`` through :func:`read_metrics`.
+the host. Every consumer reads ``metrics.jsonl`` through :func:`read_metrics`. The metric keys are
+named in ``openrlhf_dppo.metric_keys`` and re-exported here.
 """
 
 from __future__ import annotations
@@ -33,54 +34,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+# Every metric key is named in metric_keys (constants only, which core imports too); run_dir
+# re-exports the names, so the readers and writers of a run directory use R.STEP_TOTAL, R.pass1_key, ...
+from openrlhf_dppo.metric_keys import *  # noqa: F403
+from openrlhf_dppo.metric_keys import KIND, STARTUP_S, STEP, STEP_TOTAL, TIME, TRAIN, TRAIN_S, WALL_TIME
+
 # ---- files ---------------------------------------------------------------------------------------
 RUN_CONFIG = "run_config.json"
 METRICS = "metrics.jsonl"
 STATUS = "status.json"
 EVAL_RESULTS = "eval_results.json"
 REPLACED = METRICS + ".replaced-"  # + n: the lines a resume cut from metrics.jsonl
-
-# ---- line kinds and the keys every line carries ----------------------------------------------------
-TRAIN, EVAL = "train", "eval"
-KIND, STEP, TIME, WALL_TIME = "kind", "step", "time", "wall_time"
-
-# ---- timing: OpenRLHF's phase timers (their sum is the step) and the writer's time axis ------------
-TIMING_PREFIX = "timing/"  # OpenRLHF sums every timing/* key of a step into timing/step_total
-GENERATION = "timing/generation"
-MAKE_EXPERIENCE = "timing/make_experience"
-PPO_TRAIN = "timing/ppo_train"
-BROADCAST = "timing/broadcast"
-STEP_TOTAL = "timing/step_total"
-PHASES = (GENERATION, MAKE_EXPERIENCE, PPO_TRAIN, BROADCAST)
-EVAL_TIME = "timing/eval"  # eval lines: seconds the evaluation took
-TRAIN_S = "time/train_s"
-STARTUP_S = "time/startup_s"
-
-# ---- learning -----------------------------------------------------------------------------------
-REWARD_MEAN = "rollout/reward_mean"  # mean raw reward over the rolled-out completions
-REWARD_HT = "rollout/reward_ht"  # Horvitz-Thompson estimate of the drawn batch's mean reward
-EVAL_PREFIX, PASS1_SUFFIX = "eval_", "_pass1"  # held-out accuracy: eval_<dataset>_pass1
-EVAL_NUM_SAMPLES = "eval_num_samples"  # eval lines: prompts x samples per prompt, all datasets
-
-# ---- accounting: generated = trained + pruned (+ filtered) ------------------------------------------------
-TOKENS_GENERATED, TOKENS_TRAINED, TOKENS_PRUNED = "tokens/generated", "tokens/trained", "tokens/pruned"
-SAMPLES_GENERATED, SAMPLES_TRAINED, SAMPLES_PRUNED = "samples/generated", "samples/trained", "samples/pruned"
-PROMPTS_DRAWN, PROMPTS_ROLLED_OUT, PROMPTS_PRUNED = "prompts/drawn", "prompts/rolled_out", "prompts/pruned"
-SAMPLES_FILTERED, TOKENS_FILTERED = "samples/filtered", "tokens/filtered"  # dynamic filtering dropped them
-SAMPLES_FILLERS, TOKENS_FILLERS = (
-    "samples/fillers",
-    "tokens/fillers",
-)  # forwarded with weight 0, not counted as trained
-TOKEN_KEYS = (TOKENS_GENERATED, TOKENS_TRAINED, TOKENS_PRUNED)
-SAMPLE_KEYS = (SAMPLES_GENERATED, SAMPLES_TRAINED, SAMPLES_PRUNED)
-TOKENS_PER_SEC = "perf/tokens_per_sec"
-
-# ---- DPPO's own metrics (also named in core/metrics.py, which imports torch) ----------------------
-PROMPT_KEEP_FRAC = "dppo/prompt_keep_frac"
-COMPLETION_KEEP_FRAC = "dppo/completion_keep_frac"
-WEIGHT_MEAN, WEIGHT_MAX, WEIGHT_ESS = "dppo/weight_mean", "dppo/weight_max", "dppo/weight_ess"
-PACK_DENSITY, PACK_MICRO_BATCHES = "dppo/pack_density", "dppo/pack_micro_batches"
-PACK_LOWER_BOUND, PACK_RANK_IMBALANCE = "dppo/pack_lower_bound", "dppo/pack_rank_imbalance"
 
 # ---- status.json ----------------------------------------------------------------------------------
 # running: training (the trainer). interrupted: the trainer was stopped by a signal (a cancel, a requeue,
@@ -91,17 +55,6 @@ RUNNING, INTERRUPTED, FINISHED, FAILED = "running", "interrupted", "finished", "
 CANCELLED, REQUEUED = "cancelled", "requeued"
 STATES = (RUNNING, INTERRUPTED, FINISHED, FAILED, CANCELLED, REQUEUED)
 IN_PROGRESS = (RUNNING, INTERRUPTED, REQUEUED)  # the run is not over: a reader shows partial numbers
-
-
-def pass1_key(dataset: str) -> str:
-    return f"{EVAL_PREFIX}{dataset}{PASS1_SUFFIX}"
-
-
-def pass1_dataset(key: str) -> str | None:
-    """``eval_<dataset>_pass1`` -> dataset; None for any other key."""
-    if key.startswith(EVAL_PREFIX) and key.endswith(PASS1_SUFFIX) and len(key) > 10:
-        return key[len(EVAL_PREFIX) : -len(PASS1_SUFFIX)]
-    return None
 
 
 # ---- status.json keys the readers check ----------------------------------------------------------
@@ -179,18 +132,28 @@ def number(value: Any) -> float | None:
     return None
 
 
-def read_status(run_dir: str | os.PathLike) -> dict | None:
-    """status.json as a dict; None when there is none. A broken file raises ValueError naming it."""
-    path = Path(run_dir) / STATUS
-    if not path.is_file():
-        return None
+class RunDirError(ValueError):
+    """A run directory or one of its files cannot be read; the message names the file at fault."""
+
+
+def read_json_object(path: str | os.PathLike) -> dict:
+    """The JSON object in ``path`` (run_config.json, status.json, eval_results.json): the one reader of
+    them. A file that is not valid JSON, or holds something else than an object, raises
+    :class:`RunDirError` (a ``ValueError``) naming it."""
+    path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from err
+        raise RunDirError(f"{path}: not valid JSON ({err})") from err
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, found {type(data).__name__}")
+        raise RunDirError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return data
+
+
+def read_status(run_dir: str | os.PathLike) -> dict | None:
+    """status.json as a dict; None when there is none. A broken file raises RunDirError naming it."""
+    path = Path(run_dir) / STATUS
+    return read_json_object(path) if path.is_file() else None
 
 
 # ---- writing ------------------------------------------------------------------------------------
@@ -364,7 +327,8 @@ class RunDir:
             return 0
         lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         inherited, own = lines[: len(lines) - self._own_lines], lines[len(lines) - self._own_lines :]
-        keep, cut = [], []
+        keep: list[str] = []
+        cut: list[str] = []
         for line in inherited:
             row = parse_metrics(line)
             s = row[0].get(STEP) if row else None

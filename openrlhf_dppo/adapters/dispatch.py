@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience, make_experience_batch
 
+from openrlhf_dppo import metric_keys as K
 from openrlhf_dppo.adapters import packing as _packing  # noqa: F401  (registers the "openrlhf" packer)
 from openrlhf_dppo.core import pack
 
@@ -38,7 +39,7 @@ PLAN_TOKENS = "_dppo_norm_tokens"  # batch_num_tokens of the step
 PLAN_SEQS = "_dppo_norm_seqs"  # global_batch_size of the step
 PLAN_SCALE = "_dppo_loss_scale"  # share of the rank's step items in this micro-batch (aux loss)
 PLAN_KEYS = (PLAN_MB, PLAN_STEP_END, PLAN_TOKENS, PLAN_SEQS, PLAN_SCALE)
-SAMPLE_WEIGHT = "dppo/sample_weight"  # w_j * v_ji per sequence; weights KL-in-loss / entropy
+SAMPLE_WEIGHT = K.SAMPLE_WEIGHT  # w_j * v_ji per sequence; weights KL-in-loss / entropy
 
 
 @dataclass
@@ -130,16 +131,16 @@ def build_dispatch(
         per_rank += k
         agg["density_tokens"] += sum(lengths)
         agg["slots"] += k * dp_size * capacity
-        agg["lower"] += m["dppo/pack_lower_bound"]
-        agg["imbalance"] = max(agg["imbalance"], m["dppo/pack_rank_imbalance"])
-        agg["empty"] += m["dppo/pack_empty_micro_batches"]
+        agg["lower"] += m[K.PACK_LOWER_BOUND]
+        agg["imbalance"] = max(agg["imbalance"], m[K.PACK_RANK_IMBALANCE])
+        agg["empty"] += m[K.PACK_EMPTY_MICRO_BATCHES]
     metrics = {
-        "dppo/pack_density": agg["density_tokens"] / agg["slots"] if agg["slots"] else 0.0,
-        "dppo/pack_micro_batches": float(per_rank),
-        "dppo/pack_lower_bound": float(agg["lower"]),
-        "dppo/pack_rank_imbalance": float(agg["imbalance"]),
-        "dppo/pack_empty_micro_batches": float(agg["empty"]),
-        "dppo/optimizer_steps": float(steps),
+        K.PACK_DENSITY: agg["density_tokens"] / agg["slots"] if agg["slots"] else 0.0,
+        K.PACK_MICRO_BATCHES: float(per_rank),
+        K.PACK_LOWER_BOUND: float(agg["lower"]),
+        K.PACK_RANK_IMBALANCE: float(agg["imbalance"]),
+        K.PACK_EMPTY_MICRO_BATCHES: float(agg["empty"]),
+        K.OPTIMIZER_STEPS: float(steps),
     }
     return DispatchPlan(rank_items, steps, per_rank, fillers, metrics)
 

@@ -142,14 +142,14 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         draw, metrics = self._completion_draw(adv_flat, (1.0 / q).repeat_interleave(G), dp, ctx.step)
         mask, weights = draw.mask, draw.weight.clone()
         # the exact A == 0 drop in effect: 0 whenever a KL or entropy term can move an A == 0 completion
-        metrics["dppo/completion_zero_prob_frac"] = float((draw.prob == 0).double().mean())
+        metrics[rd.COMPLETION_ZERO_PROB_FRAC] = float((draw.prob == 0).double().mean())
         tokens = [response_tokens(s) for s in rollout_samples]
         kept = mask.nonzero().flatten().tolist()
         fillers = self._top_up(mask, [int(s.total_length.item()) for s in rollout_samples], dp)
         weights[fillers] = 0.0
-        metrics["dppo/completion_fillers"] = float(len(fillers))
+        metrics[rd.COMPLETION_FILLERS] = float(len(fillers))
         z_tok, z_seq = self._normalizers(ctx, tokens, q)
-        metrics["dppo/normalizer_tokens"], metrics["dppo/normalizer_seqs"] = z_tok, z_seq
+        metrics[rd.NORMALIZER_TOKENS], metrics[rd.NORMALIZER_SEQS] = z_tok, z_seq
 
         train_ids = sorted(kept + fillers)
         kept_samples = [rollout_samples[i] for i in train_ids]

@@ -82,11 +82,9 @@ def rollout_stats(samples, group_size: int, num_drawn: int | None) -> dict | Non
     tags = [getattr(s, PROMPT_ATTR, None) for s in samples[::group_size]]
     q = torch.tensor([1.0 if t is None else t.q for t in tags], dtype=torch.float64)
     stats = reward_stats(rewards, q, num_drawn)
-    stats["rollout/response_length_mean"] = (
-        torch.cat([s.response_length for s in samples]).float().mean().item()
-    )
-    stats["rollout/truncated_rate"] = torch.cat([s.truncated for s in samples]).float().mean().item()
-    stats["rollout/num_samples"] = float(len(samples))
+    stats[rd.RESPONSE_LENGTH_MEAN] = torch.cat([s.response_length for s in samples]).float().mean().item()
+    stats[rd.TRUNCATED_RATE] = torch.cat([s.truncated for s in samples]).float().mean().item()
+    stats[rd.NUM_SAMPLES] = float(len(samples))
     return stats
 
 
@@ -239,7 +237,7 @@ class _DPPOTrainer(_PPOTrainerBase):
             logs = super().evaluate(global_step, **generate_kwargs)
         except RewardError as err:
             raise RewardError(f"{err} (the evaluation at step {global_step})") from None
-        logs["timing/eval"] = time.time() - start
+        logs[rd.EVAL_TIME] = time.time() - start
         self.run_dir.log("eval", global_step, logs)
         return logs
 

@@ -22,6 +22,7 @@ import sys
 import time
 
 from openrlhf_dppo.rewards.math_reward import MathReward, MathRewardConfig, response_text
+from openrlhf_dppo.run_dir import EVAL_RESULTS
 
 
 def resolve_benchmarks(spec: str, data_dir: str | None) -> dict:
@@ -191,7 +192,7 @@ def main(argv=None) -> int:
     except (FileNotFoundError, KeyError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    out = args.out or os.path.join(args.model if os.path.isdir(args.model) else ".", "eval_results.json")
+    out = args.out or os.path.join(args.model if os.path.isdir(args.model) else ".", EVAL_RESULTS)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         json.dump(results, f, indent=2)

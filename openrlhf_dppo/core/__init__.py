@@ -5,16 +5,20 @@ not public; METHOD.md is the specification):
 1. Group advantages on the full group, OpenRLHF 0.11.2's formulas (``advantages``).
 2. Prompt pruning before rollout with q = clip(c * score, q_min, 1), score from a per-prompt history
    (``history``, ``keep_probs``); unseen prompts always kept.
-3. Completion pruning after reward with ``uniform-low`` (paper) or ``proportional`` (beyond the paper)
-   keep probabilities (``keep_probs``); Bernoulli or fixed-size systematic draws (``sampling``).
+3. Completion pruning after reward, keep probabilities from a policy of ``COMPLETION_POLICIES`` (one
+   module per policy in ``policies/``, whose docstring says where it departs from the paper), then a
+   draw from a design of ``SAMPLING_DESIGNS`` (``sampling``; fixed-size designs keep an exact count).
+   The prompt level and the score-based policies share one exact solve (``clipped_scale``).
 4. Weights 1 / (q p) folded into the advantages, full-batch normalisers (``weights``): unbiased.
-5. Window-based greedy Dense Prompt Packing with equal micro-batch counts per rank (``packing``).
+5. Dense Prompt Packing with equal micro-batch counts per rank (``packing``; packers in ``PACKERS``,
+   the paper's window-based greedy one is ``window``).
 6. One call per level for the adapters (``levels``): probabilities -> draw -> weights -> metrics.
 7. The training reward of a pruned step as the Horvitz-Thompson estimate of the DRAWN batch's mean
    reward (``metrics.reward_stats``; METHOD.md "Measuring the promise"), so DPPO's and GRPO's training
    curves measure the same quantity.
 Every function takes plain arguments; metrics are detached floats under ``dppo/...`` (the reward
-statistics under OpenRLHF's ``rollout/...``).
+statistics under OpenRLHF's ``rollout/...``), keys named in ``openrlhf_dppo.metric_keys``. The
+registered names and their one-line help: ``python -m openrlhf_dppo.cli.flags_table``.
 Imports torch and numpy only: never the adapters or the host (OpenRLHF, Ray, DeepSpeed, vLLM).
 """
 

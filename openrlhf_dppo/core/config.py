@@ -3,7 +3,7 @@
 
 Each field's help text and the source of its choices (a ``Registry`` or a tuple, read when asked, so a
 newly registered name is a valid choice at once) are written once, in the field's metadata
-(``option(...)``). The CLI's ``--dppo.*`` group, its ``--help`` and the README's flag table are
+(``option(...)``); a registry-backed field's help lists the entries with their own help (``describe``). The CLI's ``--dppo.*`` group, its ``--help`` and the README's flag table are
 generated from them (``openrlhf_dppo.cli.flags``). Every rejection raises ``DPPOConfigError``, which
 carries the field, the value and the reason.
 """
@@ -69,8 +69,8 @@ class DPPOConfig:
     )
     completion_policy: str = option(
         "uniform-low",
-        "completion keep probabilities: uniform-low (completions with |A| below the batch mean are pruned "
-        "at one rate, the rest kept) or proportional (p = clip(lambda |A|, p_min, 1))",
+        "completion keep probabilities, one policy per module of core/policies/: "
+        + COMPLETION_POLICIES.describe(),
         choices=COMPLETION_POLICIES,
     )
     q_min: float = option(
@@ -85,15 +85,12 @@ class DPPOConfig:
     )
     sampling: str = option(
         "systematic",
-        "sampling design of both masks: systematic (fixed kept count; the completion count is a multiple "
-        "of the data-parallel size) or bernoulli (independent draws)",
+        "sampling design of both masks: " + SAMPLING_DESIGNS.describe(),
         choices=SAMPLING_DESIGNS,
     )
     packer: str = option(
         "window",
-        "micro-batch packer under --train.max_tokens_per_gpu: window (window-based greedy best fit, the "
-        "paper's), ffd (first-fit decreasing) or openrlhf (OpenRLHF's own balanced partitions, for "
-        "comparison; may exceed the budget like the host does)",
+        "micro-batch packer under --train.max_tokens_per_gpu: " + PACKERS.describe(),
         choices=PACKERS,
     )
     pack_window: int = option(8, "open buffers of the window packer, >= 1")

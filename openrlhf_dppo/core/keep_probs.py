@@ -1,23 +1,14 @@
 """Keep probabilities for the two pruning levels (METHOD.md, "Level 1" and "Level 2").
 
-Both levels solve the same problem: given non-negative scores s_i, floors lo_i and a budget K, find the
-scale c with  sum_i clip(c * s_i, lo_i, 1) = K  and return p_i = clip(c * s_i, lo_i, 1). The left side
-is piecewise linear and non-decreasing in c, so ``solve_clipped_scale`` finds c EXACTLY (up to float64
-rounding) from the sorted breakpoints instead of by bisection: same answer as a bisection run to
-convergence (``tests/core/test_keep_probs.py`` checks this against a bisection reference), in one
-vectorised pass.
+Both levels spend a budget K = keep_frac * N of expected kept items. The prompt level and the policies
+that scale a score solve  sum_i clip(c * s_i, lo_i, 1) = K  exactly (``clipped_scale``).
 
-Completion level, policies registered in ``COMPLETION_POLICIES``:
-- ``uniform-low`` (the paper's reading): completions with |A| below the batch mean |A| form the
-  low-value set and share one keep probability 1 - r; all others keep p = 1. If the low set alone
-  cannot absorb the budget (its floor p_min is reached), the others are scaled down uniformly too
-  (beyond the paper, which does not say what happens then).
-- ``proportional`` (beyond the paper; variance-optimal for a fixed budget when per-sample gradient
-  norms are similar): p = clip(lambda * |A|, p_min, 1); items with A == 0 (kept at p_min) only rise
-  above p_min once every other item is at 1 (e.g. keep_frac = 1 keeps everything).
-Every item has p >= p_min, except that with ``allow_zero=True`` an item with A == 0 exactly gets p = 0:
-that is only correct when the loss has no KL-in-loss or entropy term (such a completion then has zero
-gradient). Its zero probability does not count towards the budget, which stays keep_frac * N.
+Completion level: the policy is a name in ``COMPLETION_POLICIES``, one module per policy in
+``core/policies/`` (each says what it is and where it departs from the paper; ``python -m
+openrlhf_dppo.cli.flags_table`` lists them). Every item has p >= p_min, except that with
+``allow_zero=True`` an item with A == 0 exactly gets p = 0: that is only correct when the loss has no
+KL-in-loss or entropy term (such a completion then has zero gradient). Its zero probability does not
+count towards the budget, which stays keep_frac * N.
 
 Prompt level: q = clip(c * s, q_min, 1) over the prompts' scores (``PromptHistory.score``); a score of
 +inf marks a prompt never seen, which is always kept (q = 1) and counts against the budget.
@@ -41,76 +32,17 @@ from __future__ import annotations
 
 import torch
 
+from openrlhf_dppo.core.clipped_scale import solve_clipped_scale
 from openrlhf_dppo.core.metrics import as_float
-from openrlhf_dppo.core.registry import Registry
-
-COMPLETION_POLICIES = Registry("completion keep-probability policy")
-
-_TOL = 1e-9
-
-
-def solve_clipped_scale(
-    s: torch.Tensor, lo: torch.Tensor, budget: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row-wise exact solve of  sum_i clip(c * s_i, lo_i, 1) = budget.
-
-    s: (R, N) float, s >= 0;  lo: (R, N) float in [0, 1];  budget: (R,) float.
-    Items with s = 0 sit at lo_i; only when the budget exceeds what the scored items can carry (all
-    at 1) do the items with s = 0 and lo_i > 0 rise together (a second solve with score 1 each).
-    returns: p (R, N) float64 with rows summing to budget (up to rounding), and status (R,) int64:
-      0 target met; 1 budget below sum(lo) (p = lo, more kept than asked);
-      2 budget above the maximum (every item with s > 0 or lo > 0 at 1; fewer kept than asked).
-    """
-    s = s.to(torch.float64)
-    lo = lo.to(torch.float64).clamp(0.0, 1.0)
-    budget = budget.to(torch.float64)
-    R, N = s.shape
-    if N == 0:
-        return s.clone(), torch.where(budget > _TOL, 2, 0).to(torch.int64)
-    pos = s > 0
-    safe = torch.where(pos, s, torch.ones_like(s))
-    # breakpoints: item i enters its linear part at a_i = lo_i / s_i and saturates at b_i = 1 / s_i
-    a = torch.where(pos, lo / safe, torch.zeros_like(s))
-    b = torch.where(pos, 1.0 / safe, torch.zeros_like(s))
-    top = b.amax(dim=1, keepdim=True)
-    # items without a linear part (s == 0) get a zero-slope event at the last breakpoint (finite)
-    a = torch.where(pos, a, top.expand_as(a))
-    b = torch.where(pos, b, top.expand_as(b))
-    ds = torch.where(pos, s, torch.zeros_like(s))
-    t = torch.cat([a, b], dim=1)  # (R, 2N)
-    d = torch.cat([ds, -ds], dim=1)
-    t, order = t.sort(dim=1, stable=True)
-    d = d.gather(1, order)
-    slope = d.cumsum(dim=1).clamp_min(0.0)  # slope of f just after each breakpoint
-    f0 = lo.sum(dim=1, keepdim=True)
-    gaps = torch.diff(t, dim=1)
-    f = torch.cat([f0, f0 + (slope[:, :-1] * gaps).cumsum(dim=1)], dim=1)  # f at each breakpoint
-    fmax = f[:, -1]
-    k = torch.searchsorted(f.contiguous(), budget[:, None].contiguous(), right=True) - 1
-    k = k.clamp(0, 2 * N - 1)
-    tk, fk, sk = t.gather(1, k), f.gather(1, k), slope.gather(1, k)
-    c = torch.where(sk > 0, tk + (budget[:, None] - fk) / torch.where(sk > 0, sk, 1.0), tk)
-    below = budget < f0[:, 0] - _TOL
-    above = budget > fmax + _TOL
-    c = torch.where(below[:, None], torch.zeros_like(c), c)
-    c = torch.where(above[:, None], top, c)
-    p = torch.minimum(torch.maximum(c * s, lo), torch.ones_like(s))
-    p = torch.where(pos, p, lo)
-    status = torch.zeros(R, dtype=torch.int64)
-    status[below] = 1
-    status[above] = 2
-    # second tier: a budget above what the scored items carry (all at 1) goes to the items that have
-    # a floor but no score (A == 0 under ``proportional``, a score-0 prompt): they rise together
-    floor_only = ~pos & (lo > 0)
-    spill = above & floor_only.any(dim=1)
-    if spill.any():
-        rest = budget - pos.sum(dim=1).to(torch.float64)
-        p2, status2 = solve_clipped_scale(
-            floor_only.to(torch.float64), torch.where(floor_only, lo, 0.0), rest
-        )
-        p = torch.where(spill[:, None] & floor_only, p2, p)
-        status = torch.where(spill, status2, status)
-    return p, status
+from openrlhf_dppo.core.policies import COMPLETION_POLICIES
+from openrlhf_dppo.metric_keys import (
+    COMPLETION_KEEP_FRAC_EXPECTED,
+    COMPLETION_KEEP_INFEASIBLE,
+    COMPLETION_ZERO_ADV_FRAC,
+    PROMPT_KEEP_FRAC_EXPECTED,
+    PROMPT_KEEP_INFEASIBLE,
+    PROMPT_UNSEEN_FRAC,
+)
 
 
 def _as_rows(x: torch.Tensor, name: str) -> torch.Tensor:
@@ -126,25 +58,6 @@ def _check_frac(keep_frac: float, floor: float, floor_name: str) -> None:
         raise ValueError(f"keep_frac must be in (0, 1], got {keep_frac}")
     if not 0.0 < floor <= 1.0:
         raise ValueError(f"{floor_name} must be in (0, 1], got {floor}")
-
-
-@COMPLETION_POLICIES.register("uniform-low")
-def _uniform_low(absA: torch.Tensor, zero: torch.Tensor, valid: torch.Tensor, p_min: float):
-    """Scores and floors for ``uniform-low``: low set (|A| < row mean |A|) has score 1, the rest score
-    1 / p_min, so that the rest stay at p = 1 until the low set has reached its floor p_min."""
-    n = valid.sum(dim=1, keepdim=True).clamp_min(1)
-    mean_abs = torch.where(valid, absA, 0.0).sum(dim=1, keepdim=True) / n
-    low = absA < mean_abs
-    one = torch.ones_like(absA, dtype=torch.float64)
-    s = torch.where(low, one, one / p_min)
-    s = torch.where(zero | ~valid, 0.0, s)
-    return s
-
-
-@COMPLETION_POLICIES.register("proportional")
-def _proportional(absA: torch.Tensor, zero: torch.Tensor, valid: torch.Tensor, p_min: float):
-    """Scores for ``proportional``: s = |A| (p = clip(lambda * |A|, p_min, 1))."""
-    return torch.where(valid, absA, 0.0).to(torch.float64)
 
 
 def completion_keep_probs(
@@ -176,13 +89,11 @@ def completion_keep_probs(
         raise ValueError("advantages must be finite")
     absA = A.abs()
     zero = (A == 0) & v if allow_zero else torch.zeros_like(v)
-    s = fn(absA, zero, v, p_min)
-    lo = (v & ~zero).to(torch.float64) * p_min
     n = v.sum(dim=1)
-    p, status = solve_clipped_scale(s, lo, keep_frac * n.to(torch.float64))
+    p, status = fn(absA, zero, v, p_min, keep_frac * n.to(torch.float64))
     p = torch.where(v, p, 0.0)
-    metrics = _level_metrics("completion", p, n, status)
-    metrics["dppo/completion_zero_adv_frac"] = as_float(((A == 0) & v).sum() / n.sum().clamp_min(1))
+    metrics = _level_metrics(p, n, status, COMPLETION_KEEP_FRAC_EXPECTED, COMPLETION_KEEP_INFEASIBLE)
+    metrics[COMPLETION_ZERO_ADV_FRAC] = as_float(((A == 0) & v).sum() / n.sum().clamp_min(1))
     return p.reshape(adv.shape), metrics
 
 
@@ -207,14 +118,19 @@ def prompt_keep_probs(
     n = v.sum(dim=1)
     q, status = solve_clipped_scale(s, lo, keep_frac * n.to(torch.float64))
     q = torch.where(v, q, 0.0)
-    metrics = _level_metrics("prompt", q, n, status)
-    metrics["dppo/prompt_unseen_frac"] = as_float(unseen.sum() / n.sum().clamp_min(1))
+    metrics = _level_metrics(q, n, status, PROMPT_KEEP_FRAC_EXPECTED, PROMPT_KEEP_INFEASIBLE)
+    metrics[PROMPT_UNSEEN_FRAC] = as_float(unseen.sum() / n.sum().clamp_min(1))
     return q.reshape(scores.shape), metrics
 
 
-def _level_metrics(level: str, p: torch.Tensor, n: torch.Tensor, status: torch.Tensor) -> dict:
+def _level_metrics(
+    p: torch.Tensor, n: torch.Tensor, status: torch.Tensor, expected_key: str, infeasible_key: str
+) -> dict:
     expected = p.sum(dim=1) / n.clamp_min(1)
     return {
-        f"dppo/{level}_keep_frac_expected": as_float(expected.mean()),
-        f"dppo/{level}_keep_infeasible": as_float((status != 0).double().mean()),
+        expected_key: as_float(expected.mean()),
+        infeasible_key: as_float((status != 0).double().mean()),
     }
+
+
+__all__ = ["COMPLETION_POLICIES", "completion_keep_probs", "prompt_keep_probs", "solve_clipped_scale"]

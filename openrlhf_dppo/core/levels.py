@@ -22,6 +22,20 @@ from openrlhf_dppo.core.sampling import (
     sample_mask,
 )
 from openrlhf_dppo.core.weights import inverse_prob_weights, weight_metrics
+from openrlhf_dppo.metric_keys import (
+    COMPLETION_FIXED_SIZE_FALLBACK,
+    COMPLETION_FIXED_SIZE_NOT_MULTIPLE,
+    COMPLETION_KEEP_FRAC_EXPECTED,
+    PROMPT_FIXED_SIZE_FALLBACK,
+    PROMPT_FIXED_SIZE_NOT_MULTIPLE,
+    PROMPT_KEEP_FRAC_EXPECTED,
+)
+
+#: level -> (the key of the fixed-size fallback rate, the key of the not-a-multiple rate)
+_FIXED_SIZE_KEYS = {
+    "prompt": (PROMPT_FIXED_SIZE_FALLBACK, PROMPT_FIXED_SIZE_NOT_MULTIPLE),
+    "completion": (COMPLETION_FIXED_SIZE_FALLBACK, COMPLETION_FIXED_SIZE_NOT_MULTIPLE),
+}
 
 
 class Draw(NamedTuple):
@@ -40,10 +54,9 @@ def _draw(p: torch.Tensor, design: str, generator, multiple_of: int, level: str)
     metrics = {}
     if design in FIXED_SIZE_DESIGNS:
         p, status = fixed_size_probs(p, multiple_of)
-        metrics[f"dppo/{level}_fixed_size_fallback"] = float((status == FIXED_SIZE_FALLBACK).double().mean())
-        metrics[f"dppo/{level}_fixed_size_not_multiple"] = float(
-            (status == FIXED_SIZE_NOT_MULTIPLE).double().mean()
-        )
+        fallback_key, not_multiple_key = _FIXED_SIZE_KEYS[level]
+        metrics[fallback_key] = float((status == FIXED_SIZE_FALLBACK).double().mean())
+        metrics[not_multiple_key] = float((status == FIXED_SIZE_NOT_MULTIPLE).double().mean())
         multiple_of = 1
     mask, p_used = sample_mask(p, design, generator, multiple_of)
     return mask, p_used, metrics
@@ -63,7 +76,7 @@ def prune_prompts(
     q, m = prompt_keep_probs(scores, keep_frac, q_min)
     mask, q_used, fixed = _draw(q, design, generator, multiple_of, "prompt")
     m.update(fixed)
-    m["dppo/prompt_keep_frac_expected"] = float(q_used.sum() / max(q_used.numel(), 1))
+    m[PROMPT_KEEP_FRAC_EXPECTED] = float(q_used.sum() / max(q_used.numel(), 1))
     return Draw(mask, q_used, inverse_prob_weights(q_used, mask)), {**m, **keep_metrics(prompt_mask=mask)}
 
 
@@ -86,7 +99,7 @@ def prune_completions(
     p, m = completion_keep_probs(adv, keep_frac, policy, p_min, allow_zero)
     mask, p_used, fixed = _draw(p, design, generator, multiple_of, "completion")
     m.update(fixed)
-    m["dppo/completion_keep_frac_expected"] = float(p_used.sum() / max(p_used.numel(), 1))
+    m[COMPLETION_KEEP_FRAC_EXPECTED] = float(p_used.sum() / max(p_used.numel(), 1))
     w = inverse_prob_weights(p_used, mask)
     if prompt_weight is not None:
         if prompt_weight.shape != w.shape:

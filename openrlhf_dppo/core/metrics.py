@@ -1,4 +1,5 @@
-"""Metric keys and small helpers. Every core metric is a detached Python float under ``dppo/...``."""
+"""Small metric helpers. Every core metric is a detached Python float under a key named in
+``openrlhf_dppo.metric_keys`` (``dppo/...``; the reward statistics under OpenRLHF's ``rollout/...``)."""
 
 from __future__ import annotations
 
@@ -6,31 +7,16 @@ from typing import Mapping
 
 import torch
 
-PROMPT_KEEP_FRAC = "dppo/prompt_keep_frac"
-COMPLETION_KEEP_FRAC = "dppo/completion_keep_frac"
-WEIGHT_MEAN = "dppo/weight_mean"
-WEIGHT_MAX = "dppo/weight_max"
-WEIGHT_ESS = "dppo/weight_ess"
-PACK_DENSITY = "dppo/pack_density"
-PACK_MICRO_BATCHES = "dppo/pack_micro_batches"
-PACK_LOWER_BOUND = "dppo/pack_lower_bound"
-PACK_RANK_IMBALANCE = "dppo/pack_rank_imbalance"
-REWARD_MEAN = "rollout/reward_mean"
-REWARD_STD = "rollout/reward_std"
-REWARD_HT = "rollout/reward_ht"
-
-#: the keys the run directory's ``metrics.jsonl`` must carry for a DPPO run (docs/DESIGN.md)
-REQUIRED_KEYS = (
-    PROMPT_KEEP_FRAC,
+from openrlhf_dppo.metric_keys import (
     COMPLETION_KEEP_FRAC,
-    WEIGHT_MEAN,
-    WEIGHT_MAX,
-    WEIGHT_ESS,
-    PACK_DENSITY,
-    PACK_MICRO_BATCHES,
-    PACK_LOWER_BOUND,
-    PACK_RANK_IMBALANCE,
+    PROMPT_KEEP_FRAC,
+    REQUIRED_KEYS,
+    REWARD_HT,
+    REWARD_MEAN,
+    REWARD_STD,
 )
+
+__all__ = ["REQUIRED_KEYS", "as_float", "keep_metrics", "merge", "reward_stats"]
 
 
 def as_float(x) -> float:

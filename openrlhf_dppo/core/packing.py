@@ -39,13 +39,24 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from openrlhf_dppo.core.metrics import PACK_DENSITY, PACK_LOWER_BOUND, PACK_MICRO_BATCHES, PACK_RANK_IMBALANCE
 from openrlhf_dppo.core.registry import Registry
+from openrlhf_dppo.metric_keys import (
+    PACK_DENSITY,
+    PACK_EMPTY_MICRO_BATCHES,
+    PACK_LOWER_BOUND,
+    PACK_MICRO_BATCHES,
+    PACK_RANK_IMBALANCE,
+    PACK_SEQUENCES,
+)
 
 PACKERS = Registry("packer")
 # OpenRLHF's own balanced partitioning, for comparison: the name is valid everywhere, the implementation
 # is registered by the adapter (core never imports the host).
-PACKERS.declare("openrlhf", provider="openrlhf_dppo.adapters.packing")
+PACKERS.declare(
+    "openrlhf",
+    provider="openrlhf_dppo.adapters.packing",
+    help="OpenRLHF's own balanced partitions, for comparison; may exceed the budget like the host does",
+)
 
 
 @dataclass(frozen=True)
@@ -78,7 +89,7 @@ def _lengths(lengths) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-@PACKERS.register("window")
+@PACKERS.register("window", help="window-based greedy best fit, the paper's")
 def window_best_fit(
     lengths: np.ndarray, capacity: int, window: int = 8, fill_on_close: bool = True
 ) -> tuple[list[list[int]], list[int]]:
@@ -167,7 +178,7 @@ def window_best_fit(
     return bins, [capacity - r for r in rooms]
 
 
-@PACKERS.register("ffd")
+@PACKERS.register("ffd", help="first-fit decreasing")
 def first_fit_decreasing(
     lengths: np.ndarray, capacity: int, window: int = 8
 ) -> tuple[list[list[int]], list[int]]:
@@ -284,8 +295,8 @@ def pack_metrics(lengths: np.ndarray, plan: PackPlan, dp_size: int, empty: int =
         PACK_MICRO_BATCHES: float(k),
         PACK_LOWER_BOUND: float(lower),
         PACK_RANK_IMBALANCE: max(plan.rank_loads) / mean_load if total else 1.0,
-        "dppo/pack_empty_micro_batches": float(empty),
-        "dppo/pack_sequences": float(lengths.size),
+        PACK_EMPTY_MICRO_BATCHES: float(empty),
+        PACK_SEQUENCES: float(lengths.size),
     }
 
 

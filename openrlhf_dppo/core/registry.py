@@ -6,6 +6,10 @@ A name whose implementation lives above core (the ``openrlhf`` packer wraps Open
 partitioning, and core never imports the host) is *declared* here with the module that provides it:
 the name is valid at once (``DPPOConfig(packer="openrlhf")`` needs no import order), and the provider
 fills it in with the usual ``register`` when it is imported. Core never imports the provider itself.
+
+Every entry carries a one-line ``help``: the config field's help text, the ``--help`` of its flag, the
+README's flag table and ``docs/DESIGN.md`` list the entries from here (``describe()``), so a new entry
+is documented where it is written.
 """
 
 from __future__ import annotations
@@ -22,25 +26,42 @@ class Registry:
         self.kind = kind
         self._items: dict[str, Callable] = {}
         self._providers: dict[str, str] = {}  # declared name -> module that registers it
+        self._help: dict[str, str] = {}  # name -> one line: what the entry does
 
-    def declare(self, name: str, provider: str) -> None:
+    def declare(self, name: str, provider: str, help: str = "") -> None:
         """Make ``name`` valid now; its implementation is registered when module ``provider`` is
         imported (by the code that runs it). Raises ``ValueError`` if the name is taken."""
         if name in self:
             raise ValueError(f"{self.kind} {name!r} is already registered; pick another name")
         self._providers[name] = provider
+        self._help[name] = help
 
-    def register(self, name: str) -> Callable[[F], F]:
-        """Decorator: ``@REG.register("name")``. Raises ``ValueError`` if the name is taken (a declared
-        name may be registered once, by anyone: the declaration only reserves it)."""
+    def add(self, name: str, fn: Callable, help: str = "") -> None:
+        """Register ``fn`` under ``name``. Raises ``ValueError`` if the name is taken (a declared name
+        may be registered once, by anyone: the declaration only reserves it)."""
+        if name in self._items:
+            raise ValueError(f"{self.kind} {name!r} is already registered; pick another name")
+        self._items[name] = fn
+        self._help[name] = help or self._help.get(name, "")
+
+    def register(self, name: str, help: str = "") -> Callable[[F], F]:
+        """Decorator form of ``add``: ``@REG.register("name", help="...")``."""
 
         def deco(fn: F) -> F:
-            if name in self._items:
-                raise ValueError(f"{self.kind} {name!r} is already registered; pick another name")
-            self._items[name] = fn
+            self.add(name, fn, help)
             return fn
 
         return deco
+
+    def help(self, name: str) -> str:
+        """The one-line description of ``name`` ("" when none was given)."""
+        if name not in self:
+            self.get(name)  # raises the error that lists the valid names
+        return self._help.get(name, "")
+
+    def describe(self) -> str:
+        """``name1 (help1); name2 (help2)`` over every valid name: the text help and docs show."""
+        return "; ".join(f"{n} ({self.help(n)})" if self.help(n) else n for n in self.names())
 
     def get(self, name: str) -> Callable:
         if name in self._items:
@@ -55,6 +76,10 @@ class Registry:
     def names(self) -> list[str]:
         """Every valid name, registered or declared, sorted."""
         return sorted(set(self._items) | set(self._providers))
+
+    def registered(self) -> list[str]:
+        """The names with an implementation in this process (declared names only once provided), sorted."""
+        return sorted(self._items)
 
     def __contains__(self, name: object) -> bool:
         return name in self._items or name in self._providers

@@ -14,7 +14,7 @@ Fixed kept count: before a fixed-size draw, ``fixed_size_probs`` moves sum(p) to
 ``multiple_of`` nearest to it (``multiple_of=1``: the nearest integer) that can be reached while the
 items with p = 1 STAY at 1 (unseen prompts, uniform-low's high-|A| completions): only the other
 positive items are rescaled, q_i = clip(c * p_i, lo, 1) (exact solve, see
-``keep_probs.solve_clipped_scale``), with the floor lo their smallest probability, so floors survive
+``clipped_scale.solve_clipped_scale``), with the floor lo their smallest probability, so floors survive
 the rescale; p = 0 stays 0. Only when no multiple is reachable that way are the p = 1 items scaled too
 (every positive item, same floor: the fallback, status 1); when no multiple is reachable at all, the
 nearest reachable integer is used with the p = 1 items held (status 2: the count is exact but not a
@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from openrlhf_dppo.core.keep_probs import solve_clipped_scale
+from openrlhf_dppo.core.clipped_scale import solve_clipped_scale
 from openrlhf_dppo.core.registry import Registry
 
 SAMPLING_DESIGNS = Registry("sampling design")
@@ -49,13 +49,15 @@ def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
-@SAMPLING_DESIGNS.register("bernoulli")
+@SAMPLING_DESIGNS.register("bernoulli", help="independent draws")
 def _bernoulli(p: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """p: (R, N) -> mask (R, N) bool, independent draws."""
     return torch.rand(p.shape, generator=generator, dtype=torch.float64) < p
 
 
-@SAMPLING_DESIGNS.register("systematic")
+@SAMPLING_DESIGNS.register(
+    "systematic", help="fixed kept count; the completion count is a multiple of the data-parallel size"
+)
 def _systematic(p: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """p: (R, N) -> mask (R, N) bool; randomly ordered systematic sampling, one start per row."""
     R, N = p.shape

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import torch
 
-from openrlhf_dppo.core.metrics import WEIGHT_ESS, WEIGHT_MAX, WEIGHT_MEAN, as_float
+from openrlhf_dppo.core.metrics import as_float
+from openrlhf_dppo.metric_keys import NORMALIZER, WEIGHT_ESS, WEIGHT_ESS_FRAC, WEIGHT_MAX, WEIGHT_MEAN
 
 TOKEN_NORMALIZERS = ("ht", "constant")
 
@@ -62,13 +63,13 @@ def weight_metrics(weights: torch.Tensor) -> dict:
     """
     w = weights.detach().to(torch.float64).reshape(-1)
     if w.numel() == 0:
-        return {WEIGHT_MEAN: 0.0, WEIGHT_MAX: 0.0, WEIGHT_ESS: 0.0, "dppo/weight_ess_frac": 0.0}
+        return {WEIGHT_MEAN: 0.0, WEIGHT_MAX: 0.0, WEIGHT_ESS: 0.0, WEIGHT_ESS_FRAC: 0.0}
     ess = w.sum() ** 2 / (w * w).sum()
     return {
         WEIGHT_MEAN: as_float(w.mean()),
         WEIGHT_MAX: as_float(w.max()),
         WEIGHT_ESS: as_float(ess),
-        "dppo/weight_ess_frac": as_float(ess / w.numel()),
+        WEIGHT_ESS_FRAC: as_float(ess / w.numel()),
     }
 
 
@@ -145,4 +146,4 @@ def full_batch_normalizer(
         raise ValueError(
             f"unknown token_normalizer {token_normalizer!r}; valid: {', '.join(TOKEN_NORMALIZERS)}"
         )
-    return z, {"dppo/normalizer": z}
+    return z, {NORMALIZER: z}

@@ -1,13 +1,13 @@
 """One Slurm task of a Ray job (one task per node): the ONE per-node bootstrap of both ways to run on Slurm.
 
-- the submitit launcher (`launch.slurm.RayJob`) calls `SlurmTask.from_env`, `prepare` and
-  `ray_cluster.run_head` / `run_worker` in the task's own process;
+- the submitit launcher (`launch.slurm.RayJob`) calls `SlurmTask.from_env`, `prepare` and `run_node`
+  in the task's own process;
 - the plain sbatch template (slurm/dppo_ray.sbatch) runs, once per node through srun,
 
       python -m openrlhf_dppo.launch.node run --rendezvous-root DIR [--join-timeout S] \\
           [--num-gpus G] [--num-cpus C] -- <training command>
 
-  and, on its time-limit signal, `python -m openrlhf_dppo.launch.node mark-requeue --rendezvous-root
+  which calls the same `run_node`; on its time-limit signal, the batch script runs `python -m openrlhf_dppo.launch.node mark-requeue --rendezvous-root
   DIR` before it stops the job step and requeues the job.
 
 Every task first removes the Ray temp dirs that earlier restarts of its job left on the node. Task 0
@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
+from typing import Callable
 
 from openrlhf_dppo.launch.command import get_flag, run_files_dir
 from openrlhf_dppo.launch.ray_cluster import Rendezvous, free_port, run_head, run_worker
@@ -82,6 +83,73 @@ def chain_sigterm(note) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+@dataclass(frozen=True)
+class NodeEnd:
+    """How task 0's trainer ended: its exit code (as ``decide`` returned it), what that means (None: it
+    finished) and whether it is recorded in status.json already."""
+
+    rc: int
+    outcome: Outcome | None
+    recorded: bool
+
+
+def run_node(
+    task: SlurmTask,
+    rdv: Rendezvous,
+    argv: list[str],
+    *,
+    num_cpus: int | None,
+    num_gpus: int,
+    join_timeout_s: float,
+    port: int | None,
+    decide: Callable[[int], tuple[int, Outcome | None]],
+    record: Callable[[Outcome], None],
+    on_head_start: Callable | None = None,
+    on_driver_start: Callable | None = None,
+) -> NodeEnd | None:
+    """The one per-node flow of both launchers: rank 0 starts the Ray head and runs the trainer, every
+    other rank joins the head (returns None: a worker's part ends when the head's Ray stops).
+
+    When the trainer exits and Ray is still up, ``decide(rc)`` says what its exit means (the launcher's
+    own view: was it signalled, was a requeue asked) and the outcome is recorded at once with
+    ``record`` (a cancelled task is killed soon after, Ray's teardown can take that long), unless it
+    must wait for a requeue signal first (``outcome.wait_s > 0``: not recorded, the caller waits and
+    records). A ``Terminated`` raised by the caller's SIGTERM handler while the head runs stops it
+    (run_head's teardown stops the trainer and Ray) and counts as an exit by SIGTERM.
+    """
+    if task.rank != 0:
+        run_worker(rdv, num_cpus=num_cpus, num_gpus=num_gpus, join_timeout_s=join_timeout_s)
+        return None
+    ended: list[NodeEnd] = []
+
+    def driver_exited(code: int) -> None:
+        rc, outcome = decide(code)
+        recorded = outcome is not None and outcome.wait_s == 0
+        if recorded:
+            record(outcome)
+        ended.append(NodeEnd(rc, outcome, recorded))
+
+    try:
+        rc = run_head(
+            rdv,
+            argv,
+            num_nodes=task.num_nodes,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            port=port or free_port(),
+            join_timeout_s=join_timeout_s,
+            on_head_start=on_head_start,
+            on_driver_start=on_driver_start,
+            on_driver_exit=driver_exited,
+        )
+    except Terminated:
+        rc = -signal.SIGTERM  # run_head's teardown stopped the trainer
+    if ended:
+        return ended[0]
+    rc, outcome = decide(rc)  # the trainer never started, or its exit was not seen
+    return NodeEnd(rc, outcome, False)
+
+
 class Terminated(Exception):
     """The task got SIGTERM (raised once, from the handler, to unwind into the teardown)."""
 
@@ -109,47 +177,42 @@ def run(args: argparse.Namespace) -> int:
     run_dir = run_files_dir(args.command)
     ckpt = get_flag(args.command, "--ckpt.path")
 
-    def conclude(rc: int) -> tuple[int, Outcome | None]:
+    def decide(rc: int) -> tuple[int, Outcome | None]:
         if state.get("terminated"):
             rc = -signal.SIGTERM  # the teardown stopped the trainer (or it died of the same SIGTERM)
-        outcome = settle(
+        return rc, settle(
             rc,
             job_state=slurm_job_state(task.job_id, task.restart) if rc != 0 else None,
             terminated=bool(state.get("terminated")),
             requeue_asked=rdv.requeue_requested(),
             requeue_wait_s=0.0,  # the batch script requeues by itself (mark-requeue first)
         )
-        if outcome is not None:
-            if run_dir is not None and ckpt:
-                report(outcome, run_dir, ckpt)
-            else:
-                print(f"[dppo-launch] {outcome.state}: {outcome.reason}", flush=True)
-        return rc, outcome
 
-    concluded: list[tuple[int, Outcome | None]] = []  # recorded before Ray is stopped (run_head)
+    def record(outcome: Outcome) -> None:
+        if run_dir is not None and ckpt:
+            report(outcome, run_dir, ckpt)
+        else:
+            print(f"[dppo-launch] {outcome.state}: {outcome.reason}", flush=True)
+
     try:
-        if task.rank != 0:
-            run_worker(rdv, num_cpus=num_cpus, num_gpus=num_gpus, join_timeout_s=args.join_timeout)
-            return 0
-        rc = run_head(
+        end = run_node(
+            task,
             rdv,
             args.command,
-            num_nodes=task.num_nodes,
             num_cpus=num_cpus,
             num_gpus=num_gpus,
-            port=free_port(),
             join_timeout_s=args.join_timeout,
-            on_driver_exit=lambda code: concluded.append(conclude(code)),
+            port=None,
+            decide=decide,
+            record=record,
         )
-    except Terminated:
-        if task.rank != 0:
-            return 128 + signal.SIGTERM
-        rc = -signal.SIGTERM  # run_head's teardown stopped the trainer
-    signal.signal(signal.SIGTERM, lambda signum, frame: state.update(terminated=True))
-    rc, outcome = concluded[0] if concluded else conclude(rc)
-    if outcome is None:
+    except Terminated:  # only a worker gets here: run_node stops task 0's head on it
+        return 128 + signal.SIGTERM
+    if end is None or end.outcome is None:
         return 0
-    return 0 if outcome.state == "requeued" else (rc if rc > 0 else 128 - rc)
+    if not end.recorded:
+        record(end.outcome)
+    return 0 if end.outcome.state == "requeued" else (end.rc if end.rc > 0 else 128 - end.rc)
 
 
 def build_parser() -> argparse.ArgumentParser:

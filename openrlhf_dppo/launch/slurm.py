@@ -38,9 +38,8 @@ from openrlhf_dppo.launch.command import (
     build_train_command,
     load_experiment,
 )
-from openrlhf_dppo.launch.node import SlurmTask, chain_sigterm, prepare, report
+from openrlhf_dppo.launch.node import SlurmTask, chain_sigterm, prepare, report, run_node
 from openrlhf_dppo.launch.procs import terminate_group
-from openrlhf_dppo.launch.ray_cluster import free_port, run_head, run_worker
 from openrlhf_dppo.launch.resources import SlurmResources, parse_time_minutes, sbatch_script
 from openrlhf_dppo.launch.status import Outcome, settle, slurm_job_state
 from openrlhf_dppo.run_dir import read_metrics  # the one reader of metrics.jsonl (job_summary, tests)
@@ -80,12 +79,10 @@ class RayJob(submitit.helpers.Checkpointable):
         self._driver = None  # the running trainer (task 0)
         self._requeue_asked = False  # checkpoint() ran: submitit requeues the job and exits
         self._terminated = False  # the task got SIGTERM (a cancel, a requeue, a preemption)
-        # (outcome, whether it is recorded yet), set by _driver_exited once the trainer is gone
-        self._settled: tuple[Outcome | None, bool] | None = None
 
     def __getstate__(self):  # the trainer's handle and this run's flags are not part of the resubmission
         state = dict(self.__dict__)
-        state.update(_head=None, _driver=None, _requeue_asked=False, _terminated=False, _settled=None)
+        state.update(_head=None, _driver=None, _requeue_asked=False, _terminated=False)
         return state
 
     def __call__(self) -> dict | None:
@@ -96,25 +93,25 @@ class RayJob(submitit.helpers.Checkpointable):
         print(
             f"[dppo-launch] {env} restart={task.restart} cpus={num_cpus} gpus={self.ray_num_gpus}", flush=True
         )
-        if task.rank != 0:
-            run_worker(rdv, num_cpus=num_cpus, num_gpus=self.ray_num_gpus, join_timeout_s=self.join_timeout_s)
-            return None
-        self._reset()
-        chain_sigterm(self._note_sigterm)
-        rc = run_head(
+        if task.rank == 0:
+            self._reset()
+            chain_sigterm(self._note_sigterm)
+        end = run_node(
+            task,
             rdv,
             self.command.argv,
-            num_nodes=task.num_nodes,
             num_cpus=num_cpus,
             num_gpus=self.ray_num_gpus,
-            port=self.ray_port or free_port(),
             join_timeout_s=self.join_timeout_s,
+            port=self.ray_port,
+            decide=lambda code: self._decide(task, code),
+            record=self._record,
             on_head_start=self._set_head,
             on_driver_start=self._set_driver,
-            on_driver_exit=lambda code: self._driver_exited(task, code),
         )
-        self._driver = None
-        outcome, recorded = self._settled or (self._settle(task, rc), False)
+        if end is None:  # a worker: the head's Ray has stopped
+            return None
+        outcome, recorded = end.outcome, end.recorded
         if outcome is None:
             return job_summary(self.command.status_dir, job_id=task.job_id, restarts=task.restart)
         if outcome.wait_s > 0:
@@ -129,8 +126,11 @@ class RayJob(submitit.helpers.Checkpointable):
             f"{outcome.reason} (its output is in {env.paths.stdout}): {shlex.join(self.command.argv)}"
         )
 
-    def _settle(self, task: SlurmTask, rc: int) -> Outcome | None:
-        return settle(
+    def _decide(self, task: SlurmTask, rc: int) -> tuple[int, Outcome | None]:
+        """The trainer is gone (run_node records the outcome now unless a requeue signal is awaited: a
+        cancelled task is SIGKILLed `KillWait` s after its SIGTERM)."""
+        self._driver = None
+        return rc, settle(
             rc,
             job_state=slurm_job_state(task.job_id, task.restart) if rc != 0 else None,
             terminated=self._terminated,
@@ -138,17 +138,9 @@ class RayJob(submitit.helpers.Checkpointable):
             requeue_wait_s=self.requeue_wait_s,
         )
 
-    def _driver_exited(self, task: SlurmTask, rc: int) -> None:
-        """The trainer is gone, Ray is not stopped yet: decide what its end means and record it now
-        unless a requeue signal is awaited (a cancelled task is SIGKILLed `KillWait` s after its SIGTERM)."""
-        self._driver = None
-        if self._requeue_asked:  # checkpoint() stopped it and has recorded the requeue
-            return
-        outcome = self._settle(task, rc)
-        recorded = outcome is not None and outcome.wait_s == 0
-        if recorded:
+    def _record(self, outcome: Outcome) -> None:
+        if not self._requeue_asked:  # checkpoint() stopped the trainer and has recorded the requeue
             self._report(outcome)
-        self._settled = (outcome, recorded)
 
     def _report(self, outcome: Outcome) -> None:
         report(outcome, self.command.status_dir, self.command.ckpt_path)

@@ -11,19 +11,15 @@ consumer uses: a half-written last line is skipped and named in ``Run.notes``. S
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from openrlhf_dppo import run_dir as R
-from openrlhf_dppo.run_dir import EVAL_RESULTS, METRICS, RUN_CONFIG, STATUS, number
+from openrlhf_dppo.run_dir import EVAL_RESULTS, METRICS, RUN_CONFIG, STATUS, RunDirError, number
+from openrlhf_dppo.run_dir import read_json_object as _read_json
 
 __all__ = ["Run", "RunDirError", "load_run", "number", "run_names", "series"]
-
-
-class RunDirError(Exception):
-    """A run directory cannot be read; the message names the directory and the file at fault."""
 
 
 @dataclass
@@ -100,16 +96,6 @@ def series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]
             steps.append(int(row["step"]))
             values.append(value)
     return steps, values
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise RunDirError(f"{path}: not valid JSON ({err})") from err
-    if not isinstance(data, dict):
-        raise RunDirError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    return data
 
 
 def _read_metrics(path: Path, notes: list[str]) -> tuple[list[dict], list[dict]]:

@@ -50,8 +50,8 @@ def test_defaults_match_design():
         ),
         ({"prompt_prune_rate": 0.95}, r"dppo.q_min=0.1 exceeds the prompt keep fraction"),
         (
-            {"completion_policy": "topk"},
-            r"dppo.completion_policy='topk' is not one of: (.*, )?proportional, (.*, )?uniform-low",
+            {"completion_policy": "no-such-policy"},
+            r"dppo.completion_policy='no-such-policy' is not one of: (.*, )?proportional, (.*, )?uniform-low",
         ),
         (
             {"sampling": "poisson"},

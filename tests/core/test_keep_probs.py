@@ -1,5 +1,10 @@
-"""Keep probabilities: hand-derived cases, the exact budget, floors, infeasible budgets, the registry,
-and the exact solve against a plain bisection reference over seeds."""
+"""Keep probabilities: the exact budget, floors, monotonicity and infeasible budgets of EVERY registered
+completion policy (the tests loop over ``COMPLETION_POLICIES``; each policy's hand-derived cases are in
+``tests/core/policies/test_<module>.py``), the prompt level, the registry, and the exact solve against a
+plain bisection reference over seeds."""
+
+import importlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,46 +13,15 @@ from hypothesis import strategies as st
 
 from openrlhf_dppo.core import (
     COMPLETION_POLICIES,
+    DPPOConfig,
     completion_keep_probs,
     prompt_keep_probs,
     solve_clipped_scale,
 )
+from openrlhf_dppo.core import policies as core_policies
 from openrlhf_dppo.core.registry import Registry
 
 A8 = torch.tensor([0.0, 0.0, 1.0, -1.0, 0.5, -0.5, 2.0, 0.1], dtype=torch.float64)
-
-
-def test_uniform_low_hand():
-    # mean |A| = 5.1 / 8 = 0.6375: low set {0, 0, 0.5, -0.5, 0.1} (5 items), high {1, -1, 2} keep p = 1.
-    # budget 0.5 * 8 = 4 -> low items share p = (4 - 3) / 5 = 0.2 (>= p_min 0.1)
-    p, m = completion_keep_probs(A8, 0.5, "uniform-low", 0.1)
-    want = torch.tensor([0.2, 0.2, 1, 1, 0.2, 0.2, 1, 0.2], dtype=torch.float64)
-    torch.testing.assert_close(p, want, rtol=0, atol=1e-12)
-    assert m["dppo/completion_keep_frac_expected"] == pytest.approx(0.5, abs=1e-12)
-    assert m["dppo/completion_keep_infeasible"] == 0.0
-    assert m["dppo/completion_zero_adv_frac"] == 0.25
-    # allow_zero: the two A == 0 items get p = 0 and leave the budget to the 3 other low items: 1/3 each
-    p, _ = completion_keep_probs(A8, 0.5, "uniform-low", 0.1, allow_zero=True)
-    t = 1 / 3
-    want = torch.tensor([0, 0, 1, 1, t, t, 1, t], dtype=torch.float64)
-    torch.testing.assert_close(p, want, rtol=0, atol=1e-12)
-
-
-def test_uniform_low_spills_to_high_set_when_low_set_hits_floor():
-    # A = [0.1, 0.1, 1, 1], mean |A| = 0.55 -> low {0.1, 0.1}. keep 0.3 -> budget 1.2 < 2 + 2 * 0.1:
-    # low items sit at p_min = 0.1 and the high items share the rest: (1.2 - 0.2) / 2 = 0.5
-    p, _ = completion_keep_probs(torch.tensor([0.1, 0.1, 1.0, 1.0]), 0.3, "uniform-low", 0.1)
-    torch.testing.assert_close(p, torch.tensor([0.1, 0.1, 0.5, 0.5], dtype=torch.float64), rtol=0, atol=1e-12)
-
-
-def test_proportional_hand():
-    # A = [1, 2, 4, 0], budget 2, p_min 0.1: the 0 sits at 0.1; 4 * lambda >= 1 saturates;
-    # lambda * 1 + lambda * 2 + 1 + 0.1 = 2 -> lambda = 0.3 -> p = [0.3, 0.6, 1, 0.1]
-    p, _ = completion_keep_probs(torch.tensor([1.0, 2.0, -4.0, 0.0]), 0.5, "proportional", 0.1)
-    torch.testing.assert_close(p, torch.tensor([0.3, 0.6, 1.0, 0.1], dtype=torch.float64), rtol=0, atol=1e-12)
-    # floor binding: A = [1, 100], budget 1, p_min 0.4 -> 0.4 + 100 * lambda = 1 -> p = [0.4, 0.6]
-    p, _ = completion_keep_probs(torch.tensor([1.0, 100.0]), 0.5, "proportional", 0.4)
-    torch.testing.assert_close(p, torch.tensor([0.4, 0.6], dtype=torch.float64), rtol=0, atol=1e-12)
 
 
 def test_budget_beyond_scored_items_lifts_zero_advantages():
@@ -64,7 +38,7 @@ def test_budget_beyond_scored_items_lifts_zero_advantages():
     assert torch.equal(q, torch.ones(3, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("policy", ["uniform-low", "proportional"])
+@pytest.mark.parametrize("policy", COMPLETION_POLICIES.names())
 def test_infeasible_budgets_are_reported(policy):
     # the floor alone (0.1 per item) exceeds the budget 0.05: every item at the floor, above target
     p, m = completion_keep_probs(A8, 0.05, policy, 0.1)
@@ -83,7 +57,7 @@ def test_infeasible_budgets_are_reported(policy):
     adv=st.lists(st.sampled_from([0.0, 0.25, -0.5, 1.0, -1.5, 3.0, 0.01]), min_size=1, max_size=40),
     keep=st.floats(0.05, 1.0),
     p_min=st.floats(0.01, 1.0),
-    policy=st.sampled_from(["uniform-low", "proportional"]),
+    policy=st.sampled_from(COMPLETION_POLICIES.names()),
     allow_zero=st.booleans(),
 )
 def test_budget_floors_and_monotonicity(adv, keep, p_min, policy, allow_zero):
@@ -146,13 +120,14 @@ def test_exact_solve_matches_bisection_reference(seed):
             assert abs(float(p[r].sum() - budget[r])) < 1e-9
 
 
-def test_rows_are_independent_problems():
+@pytest.mark.parametrize("policy", COMPLETION_POLICIES.names())
+def test_rows_are_independent_problems(policy):
     g = torch.Generator().manual_seed(0)
     A = torch.randn(4, 16, generator=g)
     valid = torch.rand(4, 16, generator=g) > 0.3
-    p, _ = completion_keep_probs(A, 0.4, "proportional", 0.1, valid=valid)
+    p, _ = completion_keep_probs(A, 0.4, policy, 0.1, valid=valid)
     for r in range(4):
-        pr, _ = completion_keep_probs(A[r][valid[r]], 0.4, "proportional", 0.1)
+        pr, _ = completion_keep_probs(A[r][valid[r]], 0.4, policy, 0.1)
         torch.testing.assert_close(p[r][valid[r]], pr, rtol=0, atol=1e-12)
         assert torch.all(p[r][~valid[r]] == 0)
 
@@ -186,7 +161,32 @@ def test_registry_refuses_duplicates_and_lists_valid_names():
     with pytest.raises(ValueError, match="already registered"):
         COMPLETION_POLICIES.register("proportional")(lambda *a: None)
     with pytest.raises(ValueError, match=r"valid: (.*, )?proportional, (.*, )?uniform-low"):
-        completion_keep_probs(A8, 0.5, "top-k")
+        completion_keep_probs(A8, 0.5, "no-such-policy")
     reg = Registry("thing")
-    reg.register("a")(len)
+    reg.register("a", help="the length")(len)
     assert reg.get("a") is len and "a" in reg and len(reg) == 1
+    reg.declare("b", provider="some.module")
+    assert reg.describe() == "a (the length); b" and reg.names() == ["a", "b"]
+    with pytest.raises(ValueError, match="unknown thing 'c'; valid: a, b"):
+        reg.help("c")
+
+
+POLICY_DIR = Path(core_policies.__file__).parent
+POLICY_TESTS = Path(__file__).parent / "policies"
+
+
+def test_every_policy_module_is_registered_with_help_and_has_its_own_test_file():
+    modules = sorted(p.stem for p in POLICY_DIR.glob("*.py") if not p.name.startswith("_"))
+    registered = [importlib.import_module(f"{core_policies.__name__}.{m}").NAME for m in modules]
+    assert sorted(registered) == COMPLETION_POLICIES.names()
+    for m, name in zip(modules, registered):
+        assert COMPLETION_POLICIES.help(name), f"policy {name!r} ({m}.py) has no HELP"
+        assert (POLICY_TESTS / f"test_{m}.py").is_file(), (
+            f"policy {name!r} needs tests/core/policies/test_{m}.py"
+        )
+
+
+def test_every_policy_is_in_the_flag_help():
+    help_text = DPPOConfig.__dataclass_fields__["completion_policy"].metadata["help"]
+    for name in COMPLETION_POLICIES.names():
+        assert f"{name} ({COMPLETION_POLICIES.help(name)})" in help_text

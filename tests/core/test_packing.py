@@ -58,7 +58,7 @@ def test_errors_and_empty():
     capacity=st.integers(64, 200),
     dp=st.integers(1, 8),
     window=st.integers(1, 10),
-    packer=st.sampled_from(["window", "ffd"]),
+    packer=st.sampled_from(PACKERS.registered()),  # every packer core implements
 )
 def test_pack_properties(lengths, capacity, dp, window, packer):
     plan, m = pack(lengths, capacity, dp, window, packer)

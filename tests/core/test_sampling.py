@@ -21,7 +21,7 @@ from openrlhf_dppo.core import (
 P6 = torch.tensor([0.1, 0.35, 0.5, 0.05, 1.0, 0.0], dtype=torch.float64)  # sums to 2.0
 
 
-@pytest.mark.parametrize("design", ["bernoulli", "systematic"])
+@pytest.mark.parametrize("design", SAMPLING_DESIGNS.names())
 def test_marginals_equal_the_inclusion_probabilities(design):
     R = 40000
     gen = torch.Generator().manual_seed(1)

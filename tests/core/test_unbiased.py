@@ -19,13 +19,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from dppo_mc_sim import Toy, simulate  # noqa: E402
 
+from openrlhf_dppo.core import COMPLETION_POLICIES, FIXED_SIZE_DESIGNS, SAMPLING_DESIGNS  # noqa: E402
+
 R = 10000
 R_HIGH = 40000  # both levels at rate 0.9 keep ~2% of the items: the control needs more replicates
 RATES = (0.3, 0.5, 0.7, 0.9)
-CONFIGS = [("prompt", "uniform-low", d, r) for d in ("bernoulli", "systematic") for r in RATES] + [
+# every registered completion policy and sampling design on its own (the prompt level has no policy)
+DESIGNS = SAMPLING_DESIGNS.names()
+CONFIGS = [("prompt", "uniform-low", d, r) for d in DESIGNS for r in RATES] + [
     (lvl, pol, d, r)
     for lvl, pol, d, r in itertools.product(
-        ("completion", "both"), ("uniform-low", "proportional"), ("bernoulli", "systematic"), RATES
+        ("completion", "both"), COMPLETION_POLICIES.names(), DESIGNS, RATES
     )
 ]
 
@@ -42,7 +46,7 @@ def toy():
 @pytest.mark.parametrize("level,policy,design,rate", CONFIGS)
 def test_unbiased_and_kept_count_control_detected(toy, level, policy, design, rate):
     # systematic draws also exercise the multiple_of rescale (dp_size 2): weights use p_used
-    m = 2 if design == "systematic" else 1
+    m = 2 if design in FIXED_SIZE_DESIGNS else 1
     n = R_HIGH if (level, rate) == ("both", 0.9) else R
     res = simulate(
         toy, n, level, rate, policy, design, multiple_of=m, seed=_seed(level, policy, design, rate)

@@ -109,8 +109,9 @@ def all_but(*parts: str, host_free: bool = False, why: str) -> Rule:
 LAYERS: dict[str, Rule] = {
     "__init__": only("_host", host_free=True, why="importing the package changes nothing, needs no host"),
     "_host": only("compat", why="the version guard + the flash-attn stand-in (compat.flash_attn_stub)"),
-    "core": only(host_free=True, why="pure torch math: imports torch and numpy only"),
-    "run_dir": only(host_free=True, why="the run-directory format: standard library only"),
+    "metric_keys": only(host_free=True, why="every metric key named once: constants, imports nothing"),
+    "core": only("metric_keys", host_free=True, why="pure torch math: imports torch and numpy only"),
+    "run_dir": only("metric_keys", host_free=True, why="the run-directory format: standard library only"),
     "report": all_but(
         "adapters",
         "cli",

@@ -197,14 +197,24 @@ def test_no_other_module_opens_metrics_jsonl():
     assert spelled == ["openrlhf_dppo/run_dir.py"]
 
 
-def test_the_dppo_key_names_match_the_core_ones():
-    """core/metrics.py (torch) names the dppo/* keys too, for the core; the report reads run_dir's names."""
+def test_core_and_the_run_dir_take_the_key_names_from_metric_keys():
+    """One spelling: core/metrics.py (torch) and run_dir (re-exporting every name) use metric_keys'."""
+    from openrlhf_dppo import metric_keys as K
     from openrlhf_dppo.core import metrics as M
 
-    names = [
-        n
-        for n in dir(M)
-        if n.isupper() and isinstance(getattr(M, n), str) and getattr(M, n).startswith("dppo/")
-    ]
-    assert len(names) == 9
-    assert {n: getattr(M, n) for n in names} == {n: getattr(R, n) for n in names}
+    names = [n for n in dir(K) if n.isupper()]
+    assert len(names) > 50 and all(getattr(R, n) is getattr(K, n) for n in names)
+    assert all(getattr(M, n) is getattr(K, n) for n in names if hasattr(M, n))
+    assert M.REQUIRED_KEYS is K.REQUIRED_KEYS
+
+
+def test_one_reader_of_json_objects_and_one_error_for_the_launcher_and_the_report(tmp_path):
+    # run_config.json / status.json / eval_results.json all go through run_dir.read_json_object: the
+    # launcher (read_status) and the report (load_run) fail on a broken file with the same error
+    (tmp_path / R.RUN_CONFIG).write_text("{}")
+    (tmp_path / R.STATUS).write_text("[1]")
+    with pytest.raises(R.RunDirError, match=r"status.json: expected a JSON object, found list") as launcher:
+        R.read_status(tmp_path)
+    with pytest.raises(R.RunDirError, match=r"status.json: expected a JSON object, found list") as report:
+        load_run(tmp_path)
+    assert type(launcher.value) is type(report.value) and isinstance(report.value, ValueError)

@@ -97,7 +97,7 @@ def _fake_head(monkeypatch, rc: int, before_exit=None):
             before_exit(kwargs)
         return rc
 
-    monkeypatch.setattr(L, "run_head", run_head)
+    monkeypatch.setattr(N, "run_head", run_head)
 
 
 def _status(job) -> dict:
@@ -175,7 +175,7 @@ def test_a_cancel_is_recorded_before_ray_is_stopped_and_once(
         during_teardown.append(_status(job))
         return -signal.SIGTERM
 
-    monkeypatch.setattr(L, "run_head", run_head)
+    monkeypatch.setattr(N, "run_head", run_head)
     with pytest.raises(RuntimeError, match="the job was cancelled; the trainer was killed by signal 15"):
         job()
     (status,) = during_teardown
@@ -196,7 +196,7 @@ def test_a_sigterm_awaiting_its_requeue_signal_is_not_recorded_before_the_wait(
         during_teardown.append(_status(job)["state"])
         return -signal.SIGTERM
 
-    monkeypatch.setattr(L, "run_head", run_head)
+    monkeypatch.setattr(N, "run_head", run_head)
     with pytest.raises(RuntimeError, match="and no requeue followed within 1s"):
         job()
     assert during_teardown == ["running"] and _status(job)["state"] == "failed"
@@ -273,7 +273,7 @@ def test_the_time_limit_signal_stops_the_trainer_and_ray_and_marks_the_run_reque
         os.kill(os.getpid(), signal.SIGUSR2)
         return trainer.wait()
 
-    monkeypatch.setattr(L, "run_head", run_head)
+    monkeypatch.setattr(N, "run_head", run_head)
     with pytest.raises(SystemExit):
         job()
     assert trainer.wait(timeout=10) == -signal.SIGTERM  # checkpoint() stopped it
@@ -480,3 +480,33 @@ def test_the_status_dir_is_the_trainers_run_dir(tmp_path):
     cmd = C.build_train_command(["--dppo.run_dir", "rel/files"], run_dir=tmp_path / "out")
     assert cmd.status_dir == C.Path("rel/files").absolute() == C.run_files_dir(cmd.argv)
     assert C.build_train_command([], run_dir=tmp_path / "out").status_dir == tmp_path / "out"
+
+
+# ------------------------------------------------------- one per-node flow for the submitit and sbatch paths
+@pytest.mark.parametrize("rank", [0, 1])
+def test_both_launchers_run_the_one_per_node_flow(tmp_path, monkeypatch, scontrol, slurm_env, rank):
+    # run_node is the only place where rank 0 starts the head and the others join: both entry points
+    # go through it (with a stand-in Ray), a worker returns without settling, task 0 settles its exit
+    monkeypatch.setenv("SLURM_PROCID", str(rank))
+    calls = []
+    monkeypatch.setattr(N, "run_worker", lambda rdv, **kwargs: calls.append(("worker", kwargs)))
+
+    def run_head(rdv, cmd, on_driver_exit, **kwargs):
+        calls.append(("head", kwargs))
+        on_driver_exit(3)  # the trainer failed with exit code 3, Ray still up
+        return 3
+
+    monkeypatch.setattr(N, "run_head", run_head)
+    job = _job(tmp_path)
+    _trainer_ran(job, last_step=2, ckpt_step=None)
+    if rank == 0:
+        with pytest.raises(RuntimeError, match="exited with code 3"):
+            job()
+    else:
+        assert job() is None
+    cmd = C.build_train_command([], run_dir=tmp_path / "run2", entry="x.py").argv
+    assert N.main(["run", "--rendezvous-root", str(tmp_path / "rdv"), "--", *cmd]) == (3 if rank == 0 else 0)
+    assert [c[0] for c in calls] == ["head" if rank == 0 else "worker"] * 2
+    if rank == 0:
+        assert _status(job)["state"] == "failed"
+        assert json.loads((tmp_path / "run2" / "status.json").read_text())["state"] == "failed"
