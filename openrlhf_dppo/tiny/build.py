@@ -65,7 +65,18 @@ SIZES = {
 DEFAULT_SIZE = "s"
 HEAD_DIM = 64
 DIGITS, N_EVAL, N_DEV, N_TRAIN = 2, 500, 200, 2000
-WARM = dict(batch_size=64, lr=5e-3, steps=1325, dtype="float64", log_every=100, threads=1)
+WARM = dict(batch_size=64, lr=5e-3, steps=1100, dtype="float64", log_every=100, threads=1, arithmetic="avx2")
+
+# ``WARM["arithmetic"] == "avx2"``: the warm start runs with ATen's kernels and MKL's code path pinned to
+# AVX2, which every x86-64 CPU since 2013 has. The same instructions give the same bits on every such CPU,
+# so the build is the same with or without AVX-512 or native bf16 (measured bit for bit against the
+# emulation of an AVX2-only CPU: benchmarks/RESULTS.md, "Warm start"). Both settings are read when torch
+# and MKL load, so a process that does not run under them builds in a child process that does.
+# ``arithmetic=None``: this process's own kernels (deterministic on one machine only; quick tests).
+PINNED_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+_CHILD_ENV = (
+    "OPENRLHF_DPPO_TINY_BUILD_CHILD"  # set in the child: it builds with what it got, never forks again
+)
 
 
 def parse_size(size: str) -> tuple[int, int, int]:
@@ -130,6 +141,55 @@ def is_built(out: str, seed: int = 0, warm: dict | None = None, size: str = DEFA
         return False
     with open(p["info"]) as f:
         return json.load(f).get("fingerprint") == fingerprint(seed, warm or WARM, size)
+
+
+def arithmetic_used() -> dict:
+    """What this process computes the warm start with: torch's CPU kernel level and MKL's code path."""
+    import torch
+
+    cap = torch.backends.cpu.get_cpu_capability()
+    mkl = os.environ.get("MKL_CBWR", "")
+    return {"torch_cpu_capability": cap, "mkl_cbwr": mkl, "pinned_avx2": cap == "AVX2" and mkl == "AVX2"}
+
+
+def needs_pinned_child(warm: dict) -> bool:
+    """True when ``warm`` asks for the pinned arithmetic and this process does not have it (and is not
+    already the child made for it: a CPU without AVX2 builds with its own kernels, and says so)."""
+    if warm.get("arithmetic") != "avx2" or os.environ.get(_CHILD_ENV):
+        return False
+    return not arithmetic_used()["pinned_avx2"]
+
+
+def build_in_pinned_child(
+    out: str, seed: int, warm: dict, size: str, task_name: str, extra: dict | None = None
+):
+    """Run this build in ``python -m openrlhf_dppo.tiny.build`` under ``PINNED_ENV``; return its info.
+
+    ``extra``: keyword arguments of the task's build function beyond (out, seed, warm, size), as JSON."""
+    import subprocess
+    import sys
+
+    spec = json.dumps({"warm": warm, "extra": extra or {}})
+    cmd = [
+        sys.executable,
+        "-m",
+        "openrlhf_dppo.tiny.build",
+        "--out",
+        out,
+        "--seed",
+        str(seed),
+        "--size",
+        size,
+    ]
+    cmd += ["--task", task_name, "--force", "--spec", spec]
+    env = {**os.environ, **PINNED_ENV, _CHILD_ENV: "1"}
+    proc = subprocess.run(cmd, env=env)
+    if proc.returncode:
+        raise RuntimeError(
+            f"the tiny build in a child process failed (exit {proc.returncode}): {' '.join(cmd)}"
+        )
+    with open(paths(out)["info"]) as f:
+        return json.load(f)
 
 
 def _encode(tok, prompts, answers):
@@ -281,6 +341,8 @@ def build(out: str, seed: int = 0, warm: dict | None = None, size: str = DEFAULT
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     warm = dict(WARM, **(warm or {}))
+    if needs_pinned_child(warm):
+        return build_in_pinned_child(out, seed, warm, size, "addition")
     config_kwargs = model_config(size)
     t0 = time.time()
     p = paths(out)
@@ -322,6 +384,7 @@ def build(out: str, seed: int = 0, warm: dict | None = None, size: str = DEFAULT
         "model_config": config_kwargs,
         "splits": {name: len(rows) for name, rows in splits.items()},
         "warm_start": {**result, **held_out, **warm},
+        "arithmetic_used": arithmetic_used(),
         "build_seconds": round(time.time() - t0, 1),
     }
     with open(p["info"], "w") as f:
@@ -363,17 +426,21 @@ def main(argv=None) -> None:
         choices=("addition", "countdown"),
         help="addition, or countdown (tiny/countdown.py)",
     )
+    ap.add_argument("--spec", default=None, help=argparse.SUPPRESS)  # JSON {warm, extra}: the pinned child's
     args = ap.parse_args(argv)
     try:
         parse_size(args.size)
     except ValueError as e:
         ap.error(str(e))
+    spec = json.loads(args.spec) if args.spec else {"warm": None, "extra": {}}
     if args.task == "countdown":
         from openrlhf_dppo.tiny import countdown  # imports this module: loaded only when asked for
 
-        info = countdown.ensure_built(args.out, args.seed, force=args.force, size=args.size)
+        info = countdown.ensure_built(
+            args.out, args.seed, force=args.force, size=args.size, warm=spec["warm"], **spec["extra"]
+        )
     else:
-        info = ensure_built(args.out, args.seed, force=args.force, size=args.size)
+        info = ensure_built(args.out, args.seed, force=args.force, size=args.size, warm=spec["warm"])
     print(json.dumps({k: info[k] for k in ("fingerprint", "params", "warm_start")}))
 
 

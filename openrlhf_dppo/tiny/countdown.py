@@ -204,6 +204,8 @@ def build_countdown(
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     warm = dict(WARM, **(warm or {}))
+    if build.needs_pinned_child(warm):
+        return build.build_in_pinned_child(out, seed, warm, size, "countdown", {"counts": counts})
     config_kwargs = model_config(size)
     t0 = time.time()
     p = build.paths(out)
@@ -250,6 +252,7 @@ def build_countdown(
         "generator": GENERATOR,
         "splits": {name: len(rows) for name, rows in splits.items()},
         "warm_start": {**result, **held_out, **warm},
+        "arithmetic_used": build.arithmetic_used(),
         "build_seconds": round(time.time() - t0, 1),
     }
     with open(p["info"], "w") as f:

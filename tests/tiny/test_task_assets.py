@@ -160,3 +160,65 @@ def test_a_short_build_writes_disjoint_data_and_is_cached(tmp_path):
     mtime = os.path.getmtime(p["info"])
     assert build.ensure_built(out, seed=0, warm=warm) == info
     assert os.path.getmtime(p["info"]) == mtime  # cached: not rebuilt
+
+
+def _weights(out):
+    from safetensors.torch import load_file
+
+    return load_file(os.path.join(build.paths(out)["model"], "model.safetensors"))
+
+
+def test_a_build_is_the_same_on_a_cpu_without_avx512_or_native_bf16(tmp_path, monkeypatch):
+    """The warm start's arithmetic is pinned to AVX2 in a child process, so a build on an AVX2-only CPU
+    (emulated: ATen's kernels and oneDNN capped at AVX2, as on an AMD Zen 3) has the same weights, bit
+    for bit, as one on this CPU. The control shows the emulation changes the arithmetic: with the pin
+    switched off (``arithmetic=None``: this process's own kernels) the two CPUs' builds differ."""
+    import subprocess
+    import sys
+
+    warm = dict(build.WARM, steps=30, log_every=10)  # the default size: at xs the control is not sensitive
+    emulate = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+    def build_as(name, env, arithmetic):
+        out = str(tmp_path / name)
+        spec = json.dumps({"warm": dict(warm, arithmetic=arithmetic), "extra": {}})
+        cmd = [sys.executable, "-m", "openrlhf_dppo.tiny.build", "--out", out, "--spec", spec]
+        clean = {k: v for k, v in os.environ.items() if k not in (*emulate, *build.PINNED_ENV)}
+        subprocess.run(cmd, env={**clean, **env}, check=True, capture_output=True)
+        with open(build.paths(out)["info"]) as f:
+            return json.load(f), _weights(out)
+
+    (info_a, a), (info_b, b) = build_as("native", {}, "avx2"), build_as("avx2_only", emulate, "avx2")
+    assert (
+        info_a["arithmetic_used"]
+        == info_b["arithmetic_used"]
+        == {
+            "torch_cpu_capability": "AVX2",
+            "mkl_cbwr": "AVX2",
+            "pinned_avx2": True,
+        }
+    )
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+    if info_a["fingerprint"] != info_b["fingerprint"]:
+        pytest.fail("the two builds' fingerprints differ")
+
+    (info_c, c), (_, d) = build_as("native_own", {}, None), build_as("avx2_only_own", emulate, None)
+    if info_c["arithmetic_used"]["torch_cpu_capability"] == "AVX2":
+        # this CPU's own kernels are AVX2 already (no AVX-512): the emulation changes nothing here
+        pytest.skip("this CPU has no AVX-512: the control cannot tell two CPUs apart")
+    assert not all(c[k].equal(d[k]) for k in c), "the emulation did not change the unpinned arithmetic"
+
+
+def test_a_build_from_an_unpinned_process_runs_in_a_pinned_child(tmp_path, monkeypatch):
+    """``build()`` called in a process whose kernels are not pinned (this test process) hands the build to
+    a child under ``PINNED_ENV``, and its info says so."""
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    if build.arithmetic_used()["pinned_avx2"]:
+        pytest.skip("this test process already runs the pinned arithmetic")
+    assert build.needs_pinned_child(dict(build.WARM)) and not build.needs_pinned_child(
+        dict(build.WARM, arithmetic=None)
+    )
+    info = build.build(
+        str(tmp_path / "t"), seed=0, warm=dict(build.WARM, steps=3), size="xs", log=lambda *_: None
+    )
+    assert info["arithmetic_used"]["pinned_avx2"] is True
