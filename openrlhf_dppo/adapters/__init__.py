@@ -33,10 +33,10 @@ Where a host name is replaced (the host calls it by a module-global name and lea
 
 from __future__ import annotations
 
-from openrlhf_dppo._host import check_openrlhf_version
+from openrlhf_dppo._host import guard_version
 
 # The adapters are written against one OpenRLHF: a check only, it changes nothing.
-check_openrlhf_version()
+guard_version()
 
 
 class TrainerFactory:
