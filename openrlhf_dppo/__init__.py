@@ -2,7 +2,7 @@
 
 Importing the package (or ``openrlhf_dppo.core``, ``openrlhf_dppo.report``) changes nothing and needs
 no OpenRLHF: the host is prepared (version guard + flash-attn stand-in, ``openrlhf_dppo._host.
-prepare_host``) where it is used -- by ``openrlhf_dppo.adapters`` and the training entry points.
+prepare_host``) by the entry points that use it; ``openrlhf_dppo.adapters`` checks the version on import.
 """
 
 from openrlhf_dppo._host import REQUIRED_OPENRLHF, OpenRLHFVersionError

@@ -3,9 +3,9 @@
 The adapters subclass OpenRLHF classes and override single methods; a different OpenRLHF can change
 those methods' contracts silently, so any other version is refused. ``prepare_host()`` runs that check
 and, where flash-attn is not installed (CPU machines), installs the pure-torch stand-in for the two
-flash-attn modules OpenRLHF imports (``openrlhf_dppo.compat.flash_attn_stub``). It is called by the code
-that uses the host -- ``openrlhf_dppo.adapters`` on import, the training entry points, the CPU layer --
-never by ``import openrlhf_dppo``. ``OPENRLHF_DPPO_SKIP_VERSION_CHECK=1`` skips the check (debugging only).
+flash-attn modules OpenRLHF imports (``openrlhf_dppo.compat.flash_attn_stub``). It is called by the entry
+points that use the host -- the training entry point, the CPU layer -- never on import. Importing
+``openrlhf_dppo.adapters`` runs ``guard_version()`` only (a check: it changes nothing). ``OPENRLHF_DPPO_SKIP_VERSION_CHECK=1`` skips the check (debugging only).
 """
 
 from __future__ import annotations
@@ -43,6 +43,13 @@ def check_openrlhf_version(installed: str | None = None) -> str:
     return version
 
 
+def guard_version() -> str | None:
+    """``check_openrlhf_version()`` unless the environment skips it; the installed version or None."""
+    if os.environ.get("OPENRLHF_DPPO_SKIP_VERSION_CHECK") == "1":
+        return None
+    return check_openrlhf_version()
+
+
 def prepare_host() -> str | None:
     """Check the OpenRLHF version and install the flash-attn stand-in when needed. Idempotent.
 
@@ -50,8 +57,6 @@ def prepare_host() -> str | None:
     """
     from openrlhf_dppo.compat import flash_attn_stub
 
-    version = None
-    if os.environ.get("OPENRLHF_DPPO_SKIP_VERSION_CHECK") != "1":
-        version = check_openrlhf_version()
+    version = guard_version()
     flash_attn_stub.install()
     return version

@@ -29,6 +29,7 @@ import platform
 import socket
 import sys
 import time
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
@@ -251,11 +252,20 @@ def _installed_version(dist: str) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class RunMeta:
+    """What the launching command knows and ``run_config.json`` records: its command line (after
+    ``--config`` expansion) and the time the process started (None: the run directory's creation)."""
+
+    argv: list[str] = field(default_factory=list)
+    start_time: float | None = None
+
+
 class RunDir:
     """The trainer's writer: run_config.json, one metrics line per step and evaluation, status.json.
 
-    ``RunDir(path, max_steps)``; ``write_config(args, dppo_config, algo)`` once at start; ``log(kind,
-    step, values)`` per train step / evaluation; ``status(state, step)``; ``resume(step)`` when a
+    ``RunDir(path, max_steps)``; ``write_config(args, dppo_config, algo, argv, start_time)`` once at
+    start; ``log(kind, step, values)`` per train step / evaluation; ``status(state, step)``; ``resume(step)`` when a
     checkpoint at ``step`` has been restored (or none: step 0).
     """
 
@@ -275,16 +285,16 @@ class RunDir:
                 if fh.read(1) != b"\n":
                     fh.write(b"\n")
 
-    def write_config(self, args, dppo_config, algo: str) -> None:
+    def write_config(self, args, dppo_config, algo: str, argv: list[str], start_time: float | None) -> None:
+        """argv, start_time: the launching command's (``RunMeta``); start_time None: this directory's."""
         from openrlhf_dppo import __version__
 
-        meta = getattr(args, "dppo_meta", None)
-        self.start_time = float(getattr(meta, "start_time", None) or self.start)
+        self.start_time = float(start_time or self.start)
         config = {
             "openrlhf_dppo_version": __version__,
             "openrlhf_version": _installed_version("openrlhf"),
-            "argv": list(getattr(meta, "argv", []) or []),
-            "args": to_plain({k: v for k, v in vars(args).items() if k != "dppo_meta"}),
+            "argv": list(argv),
+            "args": to_plain(vars(args)),
             "dppo": dppo_config.asdict(),
             "algo": algo,
             "hardware": hardware(),

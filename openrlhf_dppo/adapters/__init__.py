@@ -1,46 +1,72 @@
 """Thin subclasses that plug ``openrlhf_dppo.core`` into OpenRLHF 0.11.2's Ray PPO pipeline.
 
 Where each part sits (one overridden seam each; see the module docstrings):
-- ``trainer``            PPOTrainer (Ray actor, single controller): swaps in the two below, makes each
-                         step's ``StepContext`` and hands it down, the step limit, metrics + accounting
-                         check + run directory, prompt history in the checkpoints.
-- ``step``               ``StepContext``: what one step carries trainer -> generator -> maker -> trainer.
-- ``samples_generator``  SamplesGenerator: prompt pruning before vLLM, one draw per step (no buffer), the
-                         groups dynamic filtering drops, generation counts, reward checks (both arms).
-- ``experience_maker``   RemoteExperienceMaker.make_experience_batch: full-group advantages, completion
-                         pruning before the forwards, weights folded, normalisers, packing plan.
+- ``step``               the types that carry one step: ``StepContext`` on ``Rollouts.ctx``, the packed
+                         plan on ``PlannedExperiences.plan`` (and what OpenRLHF passes through unchanged).
+- ``samples_generator``  SamplesGenerator.generate_samples: makes the step's context; prompt pruning
+                         before vLLM, one never-empty draw per step (no buffer), the groups dynamic
+                         filtering drops, generation counts, reward checks (both arms); the step limit.
+- ``experience_maker``   RemoteExperienceMaker.make_experience_batch(rollouts): full-group advantages,
+                         completion pruning before the forwards, weights folded, normalisers, packing plan.
+- ``trainer``            PPOTrainer (Ray actor, single controller): builds the two above from the CLI's
+                         config, rollout statistics, metrics + accounting check + run directory, prompt
+                         history in the checkpoints.
 - ``dispatch``           kept items -> per-rank packed micro-batches (core.pack), plan carried in info.
 - ``actor``              PolicyModelActor / ActorPPOTrainer / NaiveReplayBuffer on the DeepSpeed ranks:
                          follow the plan, weight KL-in-loss and entropy terms, count what is trained.
-- ``packing``            registers OpenRLHF's own partitioning as the ``openrlhf`` packer.
+- ``packing``            OpenRLHF's own partitioning as the ``openrlhf`` packer (``packing.register()``).
 
-``install(cfg)`` points OpenRLHF at the DPPO classes; ``openrlhf_dppo.cli.train_dppo_ray`` calls it
-right before OpenRLHF's ``train(args)``.
+Importing any of them changes nothing (the layer test checks it). ``install(cfg, run)`` is the one
+place that patches the host; ``openrlhf_dppo.cli.train_dppo_ray`` calls it right before OpenRLHF's
+``train(args)``, after ``_host.prepare_host()`` (version guard, flash-attn stand-in).
+
+Where a host name is replaced (the host calls it by a module-global name and leaves no seam):
+
+| replaced name                            | by                      | where, for how long            | why there is no seam |
+|------------------------------------------|-------------------------|--------------------------------|----------------------|
+| ``ppo_trainer.PPOTrainer``               | ``TrainerFactory``      | ``install``, the driver        | ``train()`` constructs the trainer by that name, with its own arguments only: the factory adds the validated config and the run metadata |
+| ``train_ppo_ray.PolicyModelActor``       | ``DPPOPolicyModelActor``| ``install``, the driver (DPPO) | ``train()`` builds the actor group from that name |
+| ``ppo_actor.ActorPPOTrainer``            | ``DPPOActorTrainer``    | one ``init_model_from_pretrained`` | ``PolicyModelActor`` constructs it by that name inside a long method |
+| ``ppo_trainer.balance_experiences``      | ``trainer.planned_balance`` | one DPPO ``train_step``    | a function, not a method: ``train_step`` calls it by that name; the replacement is stateless and reads the plan from its argument |
+| ``ppo_actor.aggregate_loss``             | its weighted version    | one ``training_step`` with weights | ``training_step`` reduces the KL / entropy terms through that function and passes no per-sequence weight |
 """
 
 from __future__ import annotations
 
-from openrlhf_dppo._host import prepare_host
+from openrlhf_dppo._host import guard_version
 
-# Every adapter module imports OpenRLHF: the version guard and the flash-attn stand-in come first.
-prepare_host()
+# The adapters are written against one OpenRLHF: a check only, it changes nothing.
+guard_version()
 
 
-def install(cfg) -> dict:
+class TrainerFactory:
+    """What ``install`` puts where OpenRLHF's ``train`` looks up ``PPOTrainer``. ``train`` only calls
+    ``PPOTrainer.remote(...)`` with OpenRLHF's arguments; this adds the CLI's validated ``DPPOConfig``
+    and the run's ``RunMeta`` as explicit constructor arguments of the DPPO trainer actor."""
+
+    def __init__(self, trainer_class, dppo, run) -> None:
+        self.trainer_class, self.dppo, self.run = trainer_class, dppo, run
+
+    def remote(self, *args, **kwargs):
+        return self.trainer_class.remote(*args, dppo=self.dppo, run=self.run, **kwargs)
+
+
+def install(cfg, run) -> dict:
     """Install the DPPO classes where OpenRLHF's ``train`` looks them up; returns what was replaced.
 
-    ``train`` imports ``PPOTrainer`` from ``openrlhf.trainer.ppo_trainer`` when it runs, and uses the
-    ``PolicyModelActor`` global of ``openrlhf.cli.train_ppo_ray``. The trainer is always replaced (it
-    writes the run directory); the policy actor only when DPPO is on (``--dppo.enable false`` keeps
-    OpenRLHF's actor: same code path, same numbers).
+    cfg: the CLI's validated ``DPPOConfig``; run: ``run_dir.RunMeta`` (command line, start time).
+    The trainer is always replaced (it writes the run directory); the policy actor only when DPPO is
+    on (``--dppo.enable false`` keeps OpenRLHF's actor: same code path, same numbers).
     """
     from openrlhf.cli import train_ppo_ray
     from openrlhf.trainer import ppo_trainer
 
+    from openrlhf_dppo.adapters import packing
     from openrlhf_dppo.adapters.trainer import DPPOTrainer
 
+    packing.register()
     replaced = {"PPOTrainer": ppo_trainer.PPOTrainer}
-    ppo_trainer.PPOTrainer = DPPOTrainer
+    ppo_trainer.PPOTrainer = TrainerFactory(DPPOTrainer, cfg, run)
     if cfg.enable:
         from openrlhf_dppo.adapters.actor import DPPOPolicyModelActor
 

@@ -30,7 +30,6 @@ import torch
 from openrlhf.trainer.ppo_utils.experience import Experience, make_experience_batch
 
 from openrlhf_dppo import metric_keys as K
-from openrlhf_dppo.adapters import packing as _packing  # noqa: F401  (registers the "openrlhf" packer)
 from openrlhf_dppo.core import pack
 
 PLAN_MB = "_dppo_mb"  # micro-batch number on the rank (same numbering on every rank)

@@ -1,7 +1,8 @@
 """Completion pruning (METHOD.md "Level 2") in OpenRLHF's experience maker.
 
-Seam: ``RemoteExperienceMaker.make_experience_batch(ctx, rollout_samples)`` -- the trainer hands the
-step's ``StepContext`` in (``adapters.step``). With the rewards already on the rollouts:
+Seam: ``RemoteExperienceMaker.make_experience_batch(rollouts)`` -- OpenRLHF hands it the generator's
+``Rollouts`` unchanged, so the step's ``StepContext`` is ``rollouts.ctx`` (``adapters.step``). With the
+rewards already on the rollouts:
 
 1. OpenRLHF's length penalties (DAPO overlong, ProRL stop-properly) on ALL rollouts (the trainer took
    the ``rollout/*`` statistics from the raw rewards before);
@@ -21,11 +22,15 @@ step's ``StepContext`` in (``adapters.step``). With the rewards already on the r
    w_j v_ji = 1/(q_j p_ji) is folded in (``core.fold_weights``). With KL in the reward the weight
    multiplies the whole per-token advantage (KL part included), which keeps that objective unbiased;
 6. the full-batch normalisers (``core.full_batch_normalizer``) and the packed per-rank dispatch plan
-   (``adapters.dispatch``) in ``ctx.dispatch``, for the trainer's ``balance_experiences`` seam.
+   (``adapters.dispatch``), returned with the experiences as ``PlannedExperiences.plan`` for
+   ``balance_experiences`` (``adapters.trainer``).
 
 Fewer kept completions than data-parallel ranks (only when nearly everything is pruned) are topped up
 with zero-weight fillers (pruned completions, counted as pruned): they are forwarded but add nothing to
 the gradient, and the actor counts them as ``samples|tokens/fillers``, not as trained.
+
+``CountingExperienceMaker`` (GRPO, ``--dppo.enable false``): OpenRLHF's maker unchanged; it counts
+what it hands the actors as ``samples|tokens/trained`` (nothing is pruned).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters.dispatch import SAMPLE_WEIGHT, build_dispatch, num_optimizer_steps
 from openrlhf_dppo.adapters.samples_generator import response_tokens
-from openrlhf_dppo.adapters.step import PROMPT_ATTR, PromptDraw, StepContext
+from openrlhf_dppo.adapters.step import PlannedExperiences, PromptDraw, StepContext
 from openrlhf_dppo.core import (
     FIXED_SIZE_DESIGNS,
     fold_weights,
@@ -73,16 +78,19 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         self.history = history
 
     # ---- 1-3: rewards, full-group advantages, keep decisions ------------------------------------
-    def _groups(self, rollout_samples) -> list[PromptDraw]:
+    def _groups(self, ctx: StepContext, rollout_samples) -> list[PromptDraw]:
+        """The draw of each group's prompt (``ctx.prompts``); every group must be one prompt's G rollouts."""
         G = self.args.rollout.n_samples_per_prompt
         if len(rollout_samples) % G:
             raise RuntimeError(f"{len(rollout_samples)} rollouts are not whole groups of {G}")
-        draws = [getattr(s, PROMPT_ATTR, None) for s in rollout_samples]
-        groups = [draws[j : j + G] for j in range(0, len(draws), G)]
+        texts = [s.prompts[0] for s in rollout_samples]
+        groups = [texts[j : j + G] for j in range(0, len(texts), G)]
         for j, group in enumerate(groups):
-            if group[0] is None or any(d != group[0] for d in group):
-                raise RuntimeError(f"rollouts {j * G}..{j * G + G - 1} are not one prompt's group: {group}")
-        return [g[0] for g in groups]
+            if group[0] not in ctx.prompts or any(t != group[0] for t in group):
+                raise RuntimeError(
+                    f"rollouts {j * G}..{j * G + G - 1} are not one drawn prompt's group: {group}"
+                )
+        return [ctx.prompts[g[0]] for g in groups]
 
     def _shaped_rewards(self, samples) -> torch.Tensor:
         """(n, G) rewards after OpenRLHF's length penalties (applied to ``samples`` in place)."""
@@ -96,7 +104,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         history must learn that an always-solved prompt is uninformative, whether or not it was kept."""
         index = [d.index for d in draws]
         if ctx.filtered:
-            index += [d.index for d in self._groups(ctx.filtered)]
+            index += [d.index for d in self._groups(ctx, ctx.filtered)]
             rewards = torch.cat([rewards, self._shaped_rewards(ctx.filtered).to(rewards.dtype)])
         self.history.update(torch.tensor(index, dtype=torch.int64), rewards, ctx.step)
 
@@ -105,7 +113,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         cfg = self.dppo
         return prune_completions(
             adv_flat,
-            1.0 - cfg.completion_prune_rate,
+            cfg.completion_keep_frac,
             cfg.completion_policy,
             cfg.p_min,
             allow_zero=cfg.drop_zero_advantage and not has_aux_terms(self.args),
@@ -126,13 +134,14 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
 
     # ---- the seam -------------------------------------------------------------------------------
     @torch.no_grad()
-    def make_experience_batch(self, ctx: StepContext, rollout_samples):
-        """The kept completions' experiences of one step (OpenRLHF's return), the step's dispatch plan
-        and pruning metrics written to ``ctx`` (the trainer hands ``ctx`` in: see ``adapters.step``)."""
-        args, G = self.args, self.args.rollout.n_samples_per_prompt
+    def make_experience_batch(self, rollout_samples) -> PlannedExperiences:
+        """rollout_samples: the step's ``Rollouts`` (whole groups, the context in ``.ctx``). Returns the
+        kept completions' experiences (OpenRLHF's return) with the step's dispatch plan; the pruning
+        metrics and counts go to the context."""
+        ctx, args, G = rollout_samples.ctx, self.args, self.args.rollout.n_samples_per_prompt
         dp = effective_dp_size(args)
 
-        draws = self._groups(rollout_samples)
+        draws = self._groups(ctx, rollout_samples)
         rewards = self._shaped_rewards(rollout_samples)
         adv = group_advantages(rewards, args.algo.advantage.estimator)
         self._update_history(ctx, draws, rewards)
@@ -159,14 +168,14 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         items = self._single_items(experiences)
         capacity = args.train.max_tokens_per_gpu * args.ds.ring_attn_size * args.ds.tensor_parallel_size
         steps = num_optimizer_steps(args.rollout.batch_size, G, args.train.batch_size)
-        ctx.dispatch = build_dispatch(
+        plan = build_dispatch(
             items, dp, capacity, steps, z_tok, z_seq, packer=self.dppo.packer, window=self.dppo.pack_window
         )
-        metrics.update(ctx.dispatch.metrics)
+        metrics.update(plan.metrics)
         ctx.metrics.update(metrics)
         pruned = (~mask).nonzero().flatten().tolist()  # counted where the mask is drawn
         ctx.add({rd.SAMPLES_PRUNED: len(pruned), rd.TOKENS_PRUNED: sum(tokens[i] for i in pruned)})
-        return experiences
+        return PlannedExperiences(experiences, plan)
 
     # ---- 5-6: advantages, normalisers ------------------------------------------------------------
     def _normalizers(self, ctx: StepContext, tokens: list[int], q: torch.Tensor) -> tuple[float, float]:
@@ -223,3 +232,17 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
             items.extend(split_experience_batch(exp))
             exp.index = index
         return items
+
+
+class CountingExperienceMaker(RemoteExperienceMaker):
+    """GRPO: OpenRLHF's experience maker; every experience it hands the actors is trained."""
+
+    @torch.no_grad()
+    def make_experience_batch(self, rollout_samples):
+        experiences = super().make_experience_batch(rollout_samples)
+        tokens = sum(int(e.action_mask.sum()) for e in experiences)
+        rollout_samples.ctx.add({
+            rd.SAMPLES_TRAINED: sum(len(e.sequences) for e in experiences), rd.TOKENS_TRAINED: tokens,
+            rd.SAMPLES_PRUNED: 0, rd.TOKENS_PRUNED: 0,
+        })  # fmt: skip
+        return experiences

@@ -1,6 +1,8 @@
 """The ``openrlhf`` packer: OpenRLHF 0.11.2's own dynamic-batch partitioning, so that
 ``--dppo.packer openrlhf`` runs DPPO with the host's packing for comparison. Core declares the name
-(``core/packing.py``: valid without this module); importing this module registers the implementation.
+(``core/packing.py``: valid without this module); ``register()`` fills in the implementation, called by
+``adapters.install`` and by the trainer actor, whose process plans the packing. Importing registers
+nothing.
 
 OpenRLHF (``NaiveReplayBuffer.setup_dynamic_batch``) takes the micro-batch count from a first-fit pass
 under the token budget and then balances the sequences over that many partitions by token sum
@@ -16,7 +18,14 @@ import numpy as np
 from openrlhf_dppo.core import PACKERS
 
 
-@PACKERS.register("openrlhf")
+def register() -> None:
+    """Register ``openrlhf_partitions`` as the ``openrlhf`` packer in this process (idempotent)."""
+    try:
+        PACKERS.get("openrlhf")
+    except ValueError:  # declared by core, not registered yet
+        PACKERS.register("openrlhf")(openrlhf_partitions)
+
+
 def openrlhf_partitions(
     lengths: np.ndarray, capacity: int, window: int = 8
 ) -> tuple[list[list[int]], list[int]]:

@@ -1,20 +1,23 @@
 """The trainer actor (single controller): OpenRLHF's ``PPOTrainer`` with the DPPO parts swapped in.
 
-One step, top to bottom (the ``StepContext`` of ``adapters.step`` is handed down and read back):
-1. ``_next_rollouts``: OpenRLHF's loop asks ``samples_generator.generate_samples()`` for each step's
-   rollouts; during ``fit`` that call comes here. It answers "exhausted" once ``--dppo.max_steps``
-   steps are done (that ends every episode loop, after the last step's evaluation, when on the
-   schedule, and checkpoint), else makes the step's ``StepContext`` and passes it to the generator.
-2. ``train_step``: the ``rollout/*`` statistics from the RAW rewards of every rolled-out group (with
-   ``rollout/reward_ht``, ``core.reward_stats``), then OpenRLHF's step with two calls routed for its
-   duration: ``experience_maker.make_experience_batch`` gets the context, and the module-global
-   ``balance_experiences`` returns the maker's packed per-rank plan (DPPO). The context's metrics go
-   into the status (wandb / tensorboard log them) and generated = trained + pruned + filtered is
-   checked, each count taken where it happens: generated and filtered by the samples generator,
-   pruned by the experience maker's mask, trained by the actors from their micro-batches (non-zero
-   weight only; GRPO: every experience the maker hands the actors).
+One step, top to bottom (OpenRLHF's ``fit`` loop; the ``StepContext`` rides on the data, see
+``adapters.step``):
+1. OpenRLHF's loop calls ``samples_generator.generate_samples()``: the DPPO generator makes the step's
+   context and returns ``Rollouts`` with it attached (or "exhausted" once ``--dppo.max_steps`` steps
+   were made: that ends every episode loop after the last step's evaluation and checkpoint).
+2. OpenRLHF's loop calls ``train_step(rollouts)``: the ``rollout/*`` statistics from the RAW rewards of
+   every rolled-out group (with ``rollout/reward_ht``, ``core.reward_stats``), then OpenRLHF's step,
+   which hands the same ``rollouts`` to ``experience_maker.make_experience_batch`` and its return to
+   ``balance_experiences``: for DPPO that module-global is ``planned_balance`` for the step's duration,
+   which follows the plan the maker returned with the experiences. The context's metrics go into the
+   status (wandb / tensorboard log them) and generated = trained + pruned + filtered is checked, each
+   count taken where it happens: generated and filtered by the samples generator, pruned by the
+   experience maker's mask, trained by the actors from their micro-batches (non-zero weight only;
+   GRPO: every experience OpenRLHF's maker hands the actors, ``CountingExperienceMaker``).
 3. ``save_logs_and_checkpoints``: one metrics.jsonl line per step; the DPPO state (prompt history,
    draw counters) goes into the checkpoint's client states; ``init_checkpoint_states`` restores it.
+The config is the CLI's validated ``DPPOConfig`` and the run metadata the CLI's ``RunMeta``, both
+passed to the constructor by ``adapters.install`` (never rebuilt from the namespace).
 Also: ``evaluate`` writes one eval line per evaluation with ``timing/eval`` (seconds); ``fit`` writes
 status.json and, for a fresh run (not resumed) with evaluation on, evaluates once before step 1 (step
 0). With ``--dppo.enable false`` the generator only observes (counts, reward checks) and OpenRLHF's
@@ -23,8 +26,6 @@ experience maker and actor run unchanged: every number is GRPO's.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import math
 import os
 import time
@@ -34,12 +35,13 @@ from openrlhf.trainer import ppo_trainer
 from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_dppo import run_dir as rd
+from openrlhf_dppo.adapters import packing
 from openrlhf_dppo.adapters._ray import remote_like, swap_attr, unwrap_actor_class
-from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker
+from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker, DPPOExperienceMaker
 from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError
-from openrlhf_dppo.adapters.step import PROMPT_ATTR, StepContext
+from openrlhf_dppo.adapters.step import StepContext
 from openrlhf_dppo.core import DPPOConfig, PromptHistory, reward_stats
-from openrlhf_dppo.run_dir import RunDir
+from openrlhf_dppo.run_dir import RunDir, RunMeta
 
 logger = init_logger(__name__)
 DPPO_STATE = "dppo_state"
@@ -72,20 +74,32 @@ def scheduler_steps(args, host_steps: int, step_limit: int | None) -> int:
     return min(host_steps, step_limit * per_step * args.train.max_epochs)
 
 
-def rollout_stats(samples, group_size: int, num_drawn: int | None) -> dict | None:
+def rollout_stats(samples, group_size: int, ctx: StepContext) -> dict | None:
     """``rollout/*`` of a step's rolled-out completions (whole groups, in order) from their RAW rewards,
     before any length penalty; None when a reward model scores them later (no rewards on them yet).
-    q of a group: its ``PromptDraw`` (1 when untagged); num_drawn: the prompts drawn (None: the groups)."""
+    q of a group: its prompt's ``ctx.prompts`` draw (1 when not there: OpenRLHF's buffer served it);
+    the prompts drawn: ``ctx.draw`` (None: the groups)."""
     if not samples or any(s.rewards is None for s in samples):
         return None
     rewards = torch.cat([s.rewards.reshape(-1) for s in samples]).to(torch.float64).reshape(-1, group_size)
-    tags = [getattr(s, PROMPT_ATTR, None) for s in samples[::group_size]]
+    tags = [ctx.prompt(s.prompts[0]) for s in samples[::group_size]]
     q = torch.tensor([1.0 if t is None else t.q for t in tags], dtype=torch.float64)
-    stats = reward_stats(rewards, q, num_drawn)
+    stats = reward_stats(rewards, q, ctx.draw.drawn if ctx.draw is not None else None)
     stats[rd.RESPONSE_LENGTH_MEAN] = torch.cat([s.response_length for s in samples]).float().mean().item()
     stats[rd.TRUNCATED_RATE] = torch.cat([s.truncated for s in samples]).float().mean().item()
     stats[rd.NUM_SAMPLES] = float(len(samples))
     return stats
+
+
+def planned_balance(experiences, args):
+    """Stands in for OpenRLHF's ``balance_experiences`` during a DPPO step: the per-rank batches of the
+    plan the experience maker returned with the experiences (``PlannedExperiences.plan``)."""
+    plan = experiences.plan
+    expected = sum(len(e.sequences) for e in experiences)
+    planned = sum(1 for items in plan.rank_items for _ in items) - plan.fillers
+    if planned != expected:
+        raise RuntimeError(f"DPPO dispatch plan covers {planned} sequences, the batch has {expected}")
+    return plan.rank_experiences()
 
 
 _PPOTrainerBase = unwrap_actor_class(ppo_trainer.PPOTrainer)
@@ -93,77 +107,61 @@ _PPOTrainerBase = unwrap_actor_class(ppo_trainer.PPOTrainer)
 
 class _DPPOTrainer(_PPOTrainerBase):
     def __init__(self, pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
-                 reference_model_group, vllm_engines, **generate_kwargs):  # fmt: skip
+                 reference_model_group, vllm_engines, *, dppo: DPPOConfig, run: RunMeta,
+                 **generate_kwargs):  # fmt: skip
+        """OpenRLHF's constructor arguments, plus (keyword-only, from ``adapters.install``) the CLI's
+        validated ``DPPOConfig`` and the run's metadata (command line, start time)."""
         super().__init__(
             pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
             reference_model_group, vllm_engines, **generate_kwargs,
         )  # fmt: skip
         args = strategy.args
-        self.dppo = DPPOConfig.from_namespace(args)
+        packing.register()  # this actor's process plans the packing
+        self.dppo = dppo
         self.history = None
-        if self.dppo.enable:
+        if dppo.enable:
             self.history = PromptHistory(
                 len(self.prompts_dataloader.dataset),
-                decay=self.dppo.history_decay,
-                prior=self.dppo.history_prior,
-                reward_kind=self.dppo.reward_kind,
+                decay=dppo.history_decay,
+                prior=dppo.history_prior,
+                reward_kind=dppo.reward_kind,
             )
+        self.step_limit = getattr(args.dppo, "max_steps", None)
         self.samples_generator = DPPOSamplesGenerator(
             strategy=strategy,
             prompts_dataloader=self.prompts_dataloader,
             eval_dataloader=self.eval_dataloader,
             tokenizer=self.tokenizer,
             vllm_engines=vllm_engines,
-            dppo=self.dppo,
+            dppo=dppo,
             history=self.history,
+            step_limit=self.step_limit,
         )
-        if self.dppo.enable:
-            self.experience_maker = DPPOExperienceMaker(
-                self.actor_model_group,
-                self.critic_model_group,
-                self.reward_model_group,
-                self.reference_model_group,
-                self.kl_ctl,
-                self.strategy,
-                self.tokenizer,
-                dppo=self.dppo,
-                history=self.history,
-            )
-        self.step_limit = getattr(args.dppo, "max_steps", None)
+        maker_args = (self.actor_model_group, self.critic_model_group, self.reward_model_group,
+                      self.reference_model_group, self.kl_ctl, self.strategy, self.tokenizer)  # fmt: skip
+        if dppo.enable:
+            self.experience_maker = DPPOExperienceMaker(*maker_args, dppo=dppo, history=self.history)
+        else:
+            self.experience_maker = CountingExperienceMaker(*maker_args)
         self.max_steps = scheduler_steps(args, self.max_steps, self.step_limit)
         run_path = getattr(args.dppo, "run_dir", None) or args.ckpt.output_dir
         shown_max = self.step_limit if self.step_limit is not None else self.max_steps
         self.run_dir = RunDir(os.path.abspath(run_path), max_steps=shown_max)
-        self.run_dir.write_config(args, self.dppo, "dppo" if self.dppo.enable else "grpo")
+        self.run_dir.write_config(args, dppo, "dppo" if dppo.enable else "grpo", run.argv, run.start_time)
         self._last_step = 0  # the last step trained (from the checkpoint on a resume)
         self._checkpoint_states = None
-        self._ctx: StepContext | None = None  # the step being made (from its rollouts to its status)
 
     # ---- one step -------------------------------------------------------------------------------
-    def _next_rollouts(self, generate, **generate_kwargs):
-        """Where OpenRLHF's loop gets each step's rollouts during ``fit``: "exhausted" (nothing
-        generated) once ``--dppo.max_steps`` steps are done, else ``generate(ctx)`` for the step. A
-        call that returns nothing (every drawn prompt pruned) keeps the context for the step's next call."""
-        if self.step_limit is not None and self._last_step >= self.step_limit:
-            return [], None, 0, True
-        if self._ctx is None:
-            self._ctx = StepContext(step=self._last_step + 1)
-        return generate(self._ctx, **generate_kwargs)
-
     def train_step(self, rollout_samples, global_step):
-        ctx, self._ctx = self._ctx, None
+        """rollout_samples: the generator's ``Rollouts`` (the step's context in ``.ctx``)."""
+        ctx = rollout_samples.ctx
         G = self.args.rollout.n_samples_per_prompt
         rolled_out = list(rollout_samples) + ctx.filtered
-        stats = rollout_stats(rolled_out, G, ctx.draw.drawn if ctx.draw is not None else None)
-        maker = self.experience_maker
-        with contextlib.ExitStack() as routes:
-            if self.dppo.enable:
-                make = functools.partial(maker.make_experience_batch, ctx)
-                plan = functools.partial(self._planned_balance, ctx)
-                routes.enter_context(swap_attr(ppo_trainer, "balance_experiences", plan))
-            else:
-                make = functools.partial(self._count_trained, maker.make_experience_batch, ctx)
-            routes.enter_context(swap_attr(maker, "make_experience_batch", make))
+        stats = rollout_stats(rolled_out, G, ctx)
+        if self.dppo.enable:  # OpenRLHF calls balance_experiences by its module-global name (see adapters)
+            with swap_attr(ppo_trainer, "balance_experiences", planned_balance):
+                status, step = super().train_step(rollout_samples, global_step)
+        else:
             status, step = super().train_step(rollout_samples, global_step)
         if stats is not None:  # the raw rewards (OpenRLHF's statistics follow the length penalties)
             status.update(stats)
@@ -172,24 +170,6 @@ class _DPPOTrainer(_PPOTrainerBase):
         status.update(ctx.metrics)
         check_accounting(status)
         return status, step
-
-    @staticmethod
-    def _count_trained(make, ctx: StepContext, rollout_samples):
-        """GRPO: OpenRLHF's experience maker; every experience it hands the actors is trained."""
-        experiences = make(rollout_samples)
-        tokens = sum(int(e.action_mask.sum()) for e in experiences)
-        ctx.add({rd.SAMPLES_TRAINED: sum(len(e.sequences) for e in experiences), rd.TOKENS_TRAINED: tokens})
-        ctx.add({rd.SAMPLES_PRUNED: 0, rd.TOKENS_PRUNED: 0})
-        return experiences
-
-    def _planned_balance(self, ctx: StepContext, experiences, args):
-        """Stands in for ``balance_experiences``: the experience maker's per-rank packed plan."""
-        plan = ctx.dispatch
-        expected = sum(len(e.sequences) for e in experiences)
-        planned = sum(1 for items in plan.rank_items for _ in items) - plan.fillers
-        if planned != expected:
-            raise RuntimeError(f"DPPO dispatch plan covers {planned} sequences, the batch has {expected}")
-        return plan.rank_experiences()
 
     # ---- logs, checkpoints, evaluation -----------------------------------------------------------
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
@@ -227,6 +207,7 @@ class _DPPOTrainer(_PPOTrainerBase):
             # the first status of a (re)start: the step it resumes from (0 for a fresh run), never 0 after
             # a resume (the launcher reads it while a requeued job restarts)
             self._last_step = int(states.get("global_step", 0))
+            self.samples_generator.steps = self._last_step  # the next rollouts are step _last_step + 1
             self.run_dir.status("running", self._last_step)
             self._checkpoint_states = states
         return self._checkpoint_states
@@ -252,14 +233,11 @@ class _DPPOTrainer(_PPOTrainerBase):
         return kwargs
 
     def fit(self, global_step: int = 0) -> None:
-        generator = self.samples_generator
         try:
             fresh = self.init_checkpoint_states()["global_step"] == 0
             if fresh and self._evaluation_on():
                 self.evaluate(0, **self._eval_generate_kwargs())  # the starting point of the curve
-            source = functools.partial(self._next_rollouts, generator.generate_samples)
-            with swap_attr(generator, "generate_samples", source):
-                super().fit(global_step)
+            super().fit(global_step)
         except BaseException as err:  # a stop signal: "interrupted", not final (the launcher records why)
             state, why = rd.ended_by(err)
             self.run_dir.status(state, self._last_step, reason=why)

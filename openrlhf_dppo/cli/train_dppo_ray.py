@@ -14,7 +14,8 @@ standard-library imports), with two statements replaced -- each must read exactl
    through the packing path; OpenRLHF's validation then sets ``--ds.packing_samples`` and the rollout
    token budget);
 2. the final ``train(args)``  ->  ``__dppo_train__(args)``: installs the CPU layer (a no-op with CUDA)
-   and the DPPO classes (``openrlhf_dppo.adapters.install``), then calls OpenRLHF's real ``train``.
+   and the DPPO classes (``openrlhf_dppo.adapters.install``, given the ``DPPOConfig`` validated in step
+   1 and the run metadata: command line, start time), then calls OpenRLHF's real ``train``.
    Ray is first imported here: bad input never starts it. An AssertionError of OpenRLHF's validation
    (between the two) becomes a one-line error with status 2, like DPPO's own refusals.
 
@@ -173,7 +174,6 @@ def main(
 
     def train_hook(args):
         state.training = True
-        args.dppo_meta = SimpleNamespace(argv=list(argv), start_time=start_time)
         if train_fn is not None:
             state.result = train_fn(args)
             return
@@ -181,8 +181,9 @@ def main(
         from openrlhf.cli import train_ppo_ray
 
         from openrlhf_dppo.adapters import install
+        from openrlhf_dppo.run_dir import RunMeta
 
-        install(state.cfg)
+        install(state.cfg, RunMeta(argv=list(argv), start_time=start_time))  # the config validated above
         state.result = train_ppo_ray.train(args)
 
     namespace = {"__name__": "__main__", "__file__": origin, PARSE_HOOK: parse_hook, TRAIN_HOOK: train_hook}

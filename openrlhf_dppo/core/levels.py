@@ -48,7 +48,7 @@ class Draw(NamedTuple):
     weight: torch.Tensor
 
 
-def _draw(p: torch.Tensor, design: str, generator, multiple_of: int, level: str):
+def _draw(p: torch.Tensor, design: str, generator, multiple_of: int, level: str, nonempty: bool = False):
     """(mask, p_used, metrics): the fixed-size rescale (reported) then the draw. ``sample_mask`` leaves
     a row whose sum is already an integer unchanged, so p_used is the rescaled p exactly."""
     metrics = {}
@@ -58,7 +58,7 @@ def _draw(p: torch.Tensor, design: str, generator, multiple_of: int, level: str)
         metrics[fallback_key] = float((status == FIXED_SIZE_FALLBACK).double().mean())
         metrics[not_multiple_key] = float((status == FIXED_SIZE_NOT_MULTIPLE).double().mean())
         multiple_of = 1
-    mask, p_used = sample_mask(p, design, generator, multiple_of)
+    mask, p_used = sample_mask(p, design, generator, multiple_of, nonempty=nonempty)
     return mask, p_used, metrics
 
 
@@ -72,9 +72,13 @@ def prune_prompts(
 ) -> tuple[Draw, dict]:
     """scores: (B,) prompt scores (+inf = unseen). returns (Draw over the B drawn prompts, metrics with
     ``dppo/prompt_keep_frac`` realised, ``dppo/prompt_keep_frac_expected`` and, for a fixed-size design,
-    ``dppo/prompt_fixed_size_fallback|not_multiple`` (``sampling.fixed_size_probs``))."""
+    ``dppo/prompt_fixed_size_fallback|not_multiple`` (``sampling.fixed_size_probs``)).
+
+    The draw never keeps nothing (``sample_mask(nonempty=True)``): OpenRLHF's loop would answer an empty
+    step by drawing the next batch, which biases the step by 1 / P(non-empty). ``Draw.prob`` is the
+    inclusion probability of that never-empty design."""
     q, m = prompt_keep_probs(scores, keep_frac, q_min)
-    mask, q_used, fixed = _draw(q, design, generator, multiple_of, "prompt")
+    mask, q_used, fixed = _draw(q, design, generator, multiple_of, "prompt", nonempty=True)
     m.update(fixed)
     m[PROMPT_KEEP_FRAC_EXPECTED] = float(q_used.sum() / max(q_used.numel(), 1))
     return Draw(mask, q_used, inverse_prob_weights(q_used, mask)), {**m, **keep_metrics(prompt_mask=mask)}

@@ -22,6 +22,15 @@ multiple). A row whose sum already is such a multiple is returned unchanged. ``s
 the probabilities it actually used: the weights MUST be 1 / p_used, otherwise the estimator is biased.
 
 Bernoulli cannot guarantee a count, so ``multiple_of > 1`` with a non-fixed-size design is refused.
+
+Never empty (``nonempty=True``, the prompt level): OpenRLHF's loop answers a step without rollouts by
+asking for the next prompt batch, so a Bernoulli draw that keeps nothing would make the step's estimate
+conditional on a non-empty draw, E = g / P(non-empty). Instead a row that keeps nothing is drawn again
+(rejective sampling): the kept set is then distributed as the Bernoulli set given that it is not
+empty, and as item i is never kept in an empty set, its inclusion probability is exactly
+pi_i = p_i / P(non-empty), P(non-empty) = 1 - prod_k (1 - p_k). ``p_used`` is that pi, so 1 / p_used
+stays the Horvitz-Thompson weight and the estimator stays unbiased with no empty step possible. A
+fixed-size design needs no redraw: its count is at least 1 whenever sum(p) > 0 (``fixed_size_probs``).
 Draws are reproducible: all randomness comes from the ``torch.Generator`` passed in
 (``step_generator`` derives one per (seed, step, stream)).
 """
@@ -53,6 +62,19 @@ def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
 def _bernoulli(p: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """p: (R, N) -> mask (R, N) bool, independent draws."""
     return torch.rand(p.shape, generator=generator, dtype=torch.float64) < p
+
+
+def _nonempty_rows(p: torch.Tensor, mask: torch.Tensor, fn, generator: torch.Generator):
+    """Redraw every row of ``mask`` that kept nothing (each redraw uses ``fn`` on the whole row);
+    returns (mask, p / P(row non-empty)). p: (R, N) float64 with a positive entry in every row."""
+    if (p.sum(dim=1) <= 0).any():
+        raise ValueError("a row with every probability 0 can never keep an item (nonempty=True)")
+    empty = ~mask.any(dim=1)
+    while empty.any():
+        mask[empty] = fn(p[empty], generator)
+        empty = ~mask.any(dim=1)
+    p_nonempty = -torch.expm1(torch.log1p(-p.clamp_max(1.0)).sum(dim=1, keepdim=True))
+    return mask, (p / p_nonempty).clamp_max(1.0)
 
 
 @SAMPLING_DESIGNS.register(
@@ -141,7 +163,7 @@ def fixed_size_probs(p: torch.Tensor, multiple_of: int = 1) -> tuple[torch.Tenso
 
 
 def sample_mask(
-    p: torch.Tensor, design: str, generator: torch.Generator, multiple_of: int = 1
+    p: torch.Tensor, design: str, generator: torch.Generator, multiple_of: int = 1, nonempty: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw a keep mask.
 
@@ -149,6 +171,8 @@ def sample_mask(
     design: a name in ``SAMPLING_DESIGNS``.  generator: the only source of randomness.
     multiple_of: for a fixed-size design the kept count is made a multiple of it (1: an integer);
       must be 1 for ``bernoulli``.
+    nonempty: every row keeps at least one item (see "Never empty" above); p_used is then the
+      inclusion probability given that, p / P(row non-empty).
     returns: (mask bool like p, p_used float64 like p) -- weight kept items by 1 / p_used.
     """
     fn = SAMPLING_DESIGNS.get(design)
@@ -166,4 +190,9 @@ def sample_mask(
         )
     rows = P[None] if P.dim() == 1 else P
     mask = fn(rows, generator)
+    if nonempty and design not in FIXED_SIZE_DESIGNS and rows.shape[1]:
+        if design != "bernoulli":  # pi = p / P(non-empty) holds for independent draws only
+            raise ValueError(f"nonempty=True is defined for bernoulli and fixed-size designs, not {design!r}")
+        mask, rows = _nonempty_rows(rows, mask, fn, generator)
+        P = rows.reshape(P.shape)
     return mask.reshape(p.shape), P

@@ -16,13 +16,12 @@ from dppo_stand_ins import (
     make_args,
     solved_every_4th,
 )
-from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
 from openrlhf_dppo.adapters._ray import unwrap_actor_class
 from openrlhf_dppo.adapters.actor import DPPOReplayBuffer, micro_batch_counts, step_counts
-from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker
-from openrlhf_dppo.adapters.step import PROMPT_ATTR, DrawRecord, PromptDraw, StepContext
+from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker, DPPOExperienceMaker
+from openrlhf_dppo.adapters.step import DrawRecord, PromptDraw, Rollouts, StepContext
 from openrlhf_dppo.adapters.trainer import DPPOTrainer
 from openrlhf_dppo.core import PromptHistory
 from openrlhf_dppo.run_dir import RunDir
@@ -52,11 +51,14 @@ def args_for(dp=1, kl="none", extra=()):
     return copy.deepcopy(_ARGS[key])
 
 
-def tag(samples, group, q=None):
-    for i, s in enumerate(samples):
-        j = i // group
-        setattr(s, PROMPT_ATTR, PromptDraw(j, 1.0 if q is None else float(q[j])))
-    return samples
+def tag(samples, group, q=None, index=None):
+    """``Rollouts`` of ``samples`` (whole groups) whose context records group j's prompt as dataset
+    index index[j] (default j), drawn with q[j] (default 1), as the samples generator would."""
+    ctx = StepContext(step=0)
+    for j in range(len(samples) // group):
+        draw = PromptDraw(j if index is None else index[j], 1.0 if q is None else float(q[j]))
+        ctx.prompts[samples[j * group].prompts[0]] = draw
+    return Rollouts(samples, ctx)
 
 
 def groups(args):
@@ -73,13 +75,18 @@ def dppo_maker(args, cfg):
     )
 
 
-def make(maker, samples, step=0, drawn=None, filtered=()):
-    """One step through the maker: (experiences, the StepContext it filled). drawn: the prompts the
-    generator drew (None: no draw record, as with dynamic filtering's HT count)."""
-    ctx = StepContext(
-        step=step, draw=None if drawn is None else DrawRecord(drawn=drawn), filtered=list(filtered)
+def make(maker, rollouts, step=0, drawn=None, filtered=()):
+    """One step through the maker: (experiences, the StepContext it filled). rollouts: from ``tag``;
+    drawn: the prompts the generator drew (None: no draw record, as with dynamic filtering's HT count);
+    filtered: ``tag``-ged groups dynamic filtering dropped."""
+    ctx = rollouts.ctx
+    ctx.step, ctx.draw, ctx.filtered = (
+        step,
+        None if drawn is None else DrawRecord(drawn=drawn),
+        list(filtered),
     )
-    return maker.make_experience_batch(ctx, samples), ctx
+    ctx.prompts.update(getattr(filtered, "ctx", StepContext(0)).prompts)
+    return maker.make_experience_batch(rollouts), ctx
 
 
 # ---- the trainer ------------------------------------------------------------------------------------
@@ -112,7 +119,6 @@ def bare_trainer(args, cfg, run_dir, group):
     t.best_eval_metric_key, t.best_eval_metric_value, t._latest_eval_metric_value = "", float("-inf"), None
     t._last_step = 0
     t._checkpoint_states = None
-    t._ctx = None
     t.step_limit = None
     return t
 
@@ -180,7 +186,7 @@ def controller(tmp_path, cfg, extra=(), dp=1, batch=6, n_prompts=24, reward=solv
         t.experience_maker = DPPOExperienceMaker(group.forward, None, None, None, t.kl_ctl, t.strategy, t.tokenizer,
                                                  dppo=cfg, history=t.history)  # fmt: skip
     else:
-        t.experience_maker = RemoteExperienceMaker(
+        t.experience_maker = CountingExperienceMaker(
             group.forward, None, None, None, t.kl_ctl, t.strategy, t.tokenizer
         )
     return t
@@ -189,7 +195,7 @@ def controller(tmp_path, cfg, extra=(), dp=1, batch=6, n_prompts=24, reward=solv
 def one_step(t):
     """What OpenRLHF's loop does for one step: ask for the rollouts, train them. (status, rollouts)."""
     for _ in range(3):  # an exhausted answer ends an epoch; OpenRLHF's loop then asks again
-        samples = t._next_rollouts(t.samples_generator.generate_samples, **GENERATE_KW)[0]
+        samples = t.samples_generator.generate_samples(**GENERATE_KW)[0]
         if samples:
             break
     assert samples, "the stand-in draw gave nothing to train"

@@ -159,7 +159,7 @@ class StandInEngine:
         return out
 
 
-def generator_for(args, cfg, history, n_prompts: int = 12, reward=solved_every_4th):
+def generator_for(args, cfg, history, n_prompts: int = 12, reward=solved_every_4th, step_limit=None):
     """The real DPPOSamplesGenerator over prompts "question 0..n-1" (eval: "eval 0..5") and one
     stand-in engine; returns (generator, engine)."""
     from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator
@@ -176,6 +176,7 @@ def generator_for(args, cfg, history, n_prompts: int = 12, reward=solved_every_4
         vllm_engines=[engine],
         dppo=cfg,
         history=history,
+        step_limit=step_limit,
     )
     return gen, engine
 

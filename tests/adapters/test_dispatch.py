@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.multiprocessing as mp
+from dppo_pipeline import make, tag
 from dppo_stand_ins import (
     StandInGroup,
     StandInTokenizer,
@@ -24,7 +25,6 @@ from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 from openrlhf_dppo.adapters.actor import DPPOReplayBuffer
 from openrlhf_dppo.adapters.dispatch import PLAN_KEYS, SAMPLE_WEIGHT, build_dispatch
 from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker
-from openrlhf_dppo.adapters.step import PROMPT_ATTR, PromptDraw, StepContext
 from openrlhf_dppo.core import DPPOConfig, PromptHistory
 
 ACTOR = logprob_fn(0.01, 0.05, 5)
@@ -37,14 +37,11 @@ def kept_batch(dp=2, train_batch=16, packer="window", prune=0.4, n_prompts=8, se
     args = make_args(base_argv(dp=dp, batch=n_prompts, train_batch=train_batch) + ["--dppo.packer", packer])
     G = args.rollout.n_samples_per_prompt
     samples = rollout_batch(n_prompts, G, seed=seed, binary=False)
-    for i, s in enumerate(samples):
-        setattr(s, PROMPT_ATTR, PromptDraw(i // G, 1.0))
     cfg = DPPOConfig(completion_prune_rate=prune, p_min=0.2, packer=packer, seed=seed)
     maker = DPPOExperienceMaker(StandInGroup(ACTOR, dp), None, None, None, FixedKLController(0.0),
                                 SimpleNamespace(args=args), StandInTokenizer(), dppo=cfg,
                                 history=PromptHistory(n_prompts))  # fmt: skip
-    ctx = StepContext(step=0)
-    experiences = maker.make_experience_batch(ctx, samples)
+    experiences, ctx = make(maker, tag(samples, G))
     return maker, experiences, ctx
 
 
@@ -68,7 +65,7 @@ def buffers_for(plan, args):
 @pytest.mark.parametrize("packer", ["window", "ffd", "openrlhf"])
 def test_micro_batches_are_valid_equal_per_rank_and_packed_loss_equals_padded_loss(packer):
     maker, experiences, ctx = kept_batch(train_batch=8, packer=packer)
-    args, plan = maker.args, ctx.dispatch
+    args, plan = maker.args, experiences.plan
     kept = sum(len(e.index) for e in experiences)
     assert plan.num_steps == min(8 * 4 // 8, kept // 2) > 1  # GRPO's step count, kept every step
     buffers = buffers_for(plan, args)
@@ -143,7 +140,7 @@ def test_two_gloo_ranks_run_equal_micro_batch_counts_and_the_full_batch_loss(tmp
     import dppo_gloo_worker
 
     maker, experiences, ctx = kept_batch(dp=2, train_batch=8)
-    plan = ctx.dispatch
+    plan = experiences.plan
     theta = 0.25
     expected = 0.0
     for buffer in buffers_for(copy.deepcopy(plan), maker.args):

@@ -21,7 +21,6 @@ from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
 from openrlhf_dppo.adapters.dispatch import SAMPLE_WEIGHT
-from openrlhf_dppo.adapters.step import PROMPT_ATTR, PromptDraw
 from openrlhf_dppo.core import DPPOConfig, completion_keep_probs, sample_mask, step_generator
 
 pytestmark = pytest.mark.usefixtures("stand_in_ray")
@@ -106,8 +105,7 @@ def test_the_history_sees_the_groups_dynamic_filtering_dropped():
     G = args.rollout.n_samples_per_prompt
     samples = tag(rollout_batch(4, G, seed=8), G)
     dropped = [rollout(f"solved {j}", 4, 3, 1.0, seed=j * 10 + i) for j in (10, 11) for i in range(G)]
-    for i, s in enumerate(dropped):
-        setattr(s, PROMPT_ATTR, PromptDraw(10 + i // G, 1.0))
+    dropped = tag(dropped, G, index=[10, 11])
     maker = dppo_maker(args, DPPOConfig(completion_prune_rate=0.5, p_min=0.2))
     assert torch.isinf(maker.history.score(torch.tensor([10, 11]), G)).all()
     _, ctx = make(maker, samples, step=3, filtered=dropped)

@@ -17,7 +17,6 @@ from openrlhf.utils.loss_utils import get_loss_batch_info
 
 from openrlhf_dppo.adapters.actor import DPPOReplayBuffer
 from openrlhf_dppo.adapters.dispatch import SAMPLE_WEIGHT
-from openrlhf_dppo.adapters.step import PROMPT_ATTR, PromptDraw
 from openrlhf_dppo.core import DPPOConfig, step_generator
 
 pytestmark = pytest.mark.usefixtures("stand_in_ray")
@@ -105,7 +104,7 @@ def test_planned_loss_and_gradient_equal_the_weighted_full_batch_loss_for_a_fixe
     token_level = loss_fn.token_level_loss
 
     theta = torch.tensor(0.3, requires_grad=True)
-    planned, _ = planned_loss(args, ctx.dispatch, loss_fn, theta)
+    planned, _ = planned_loss(args, experiences.plan, loss_fn, theta)
     (g_planned,) = torch.autograd.grad(planned, theta)
 
     rewards = torch.cat([s.rewards for s in samples]).reshape(-1, G)
@@ -120,7 +119,7 @@ def test_planned_loss_and_gradient_equal_the_weighted_full_batch_loss_for_a_fixe
     assert ctx.metrics["dppo/normalizer_seqs"] == 9 * G
     ref = reference_loss(samples, train_ids, weights, adv, z, token_level, loss_fn, theta, ACTOR)
     (g_ref,) = torch.autograd.grad(ref, theta)
-    assert ctx.dispatch.num_steps == 1
+    assert experiences.plan.num_steps == 1
     torch.testing.assert_close(planned.double(), ref.double(), rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(g_planned.double(), g_ref.double(), rtol=1e-5, atol=1e-7)
 
@@ -212,12 +211,8 @@ def test_both_levels_together_are_unbiased_for_the_seq_mean_loss():
     for r in range(300):
         draw, _ = prune_prompts(scores, 0.5, 0.1, "systematic", step_generator(99, r, 0))
         kept_prompts = draw.mask.nonzero().flatten().tolist()
-        rolled = []
-        for j in kept_prompts:
-            for s in samples[j * G : (j + 1) * G]:
-                s = copy.copy(s)
-                setattr(s, PROMPT_ATTR, PromptDraw(j, float(draw.prob[j])))
-                rolled.append(s)
+        rolled = [copy.copy(s) for j in kept_prompts for s in samples[j * G : (j + 1) * G]]
+        rolled = tag(rolled, G, q=[draw.prob[j] for j in kept_prompts], index=kept_prompts)
         exps, ctx = make(dppo_maker(args, cfg), rolled, step=r, drawn=B)
         assert ctx.metrics["dppo/normalizer_seqs"] == B * G
         loss = sum(

@@ -8,7 +8,6 @@ import torch
 from dppo_stand_ins import base_argv, generator_for, make_args, solved_every_4th
 
 from openrlhf_dppo.adapters.samples_generator import RewardError
-from openrlhf_dppo.adapters.step import PROMPT_ATTR, StepContext
 from openrlhf_dppo.core import DPPOConfig, PromptHistory, prompt_keep_probs, sample_mask, step_generator
 
 pytestmark = pytest.mark.usefixtures("stand_in_ray")
@@ -30,8 +29,8 @@ KW = dict(max_len=48, max_new_tokens=24, temperature=1.0, top_p=1.0)
 def test_only_kept_prompts_reach_vllm_and_samples_carry_index_and_q():
     cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, seed=5)
     gen, engine, history = make_generator(cfg)
-    ctx = StepContext(step=1)
-    samples, _, consumed, exhausted = gen.generate_samples(ctx, **KW)
+    samples, _, consumed, exhausted = gen.generate_samples(**KW)
+    ctx = samples.ctx
     # the same decision recomputed with core: prompts 0..3 drawn, q from their history scores
     q, _ = prompt_keep_probs(history.score(torch.arange(4), 4), 0.5, 0.1)
     mask, q_used = sample_mask(q, "systematic", step_generator(5, 0, 0))
@@ -40,7 +39,7 @@ def test_only_kept_prompts_reach_vllm_and_samples_carry_index_and_q():
     assert sorted(engine.prompts) == sorted(f"question {k}" for k in kept)
     assert len(samples) == 4 * len(kept)
     for s in samples:
-        draw = getattr(s, PROMPT_ATTR)
+        draw = ctx.prompts[s.prompts[0]]
         assert s.prompts[0] == f"question {draw.index}"
         assert draw.q == pytest.approx(float(q_used[draw.index]), rel=1e-12)
     assert ctx.draw.drawn == 4 and ctx.draw.kept == len(kept)
@@ -66,13 +65,13 @@ def test_only_kept_prompts_reach_vllm_and_samples_carry_index_and_q():
 def test_refill_draws_more_prompts_and_unseen_prompts_are_always_kept():
     cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, prompt_batch="refill", seed=1)
     gen, engine, _ = make_generator(cfg, n_prompts=16)
-    ctx = StepContext(step=1)
-    samples, _, consumed, _ = gen.generate_samples(ctx, **KW)
+    samples, _, consumed, _ = gen.generate_samples(**KW)
+    ctx = samples.ctx
     assert consumed == 8  # floor(4 / (1 - 0.5)) prompts drawn: 0..7
     assert ctx.draw.kept <= 4  # the rolled-out batch stays within --rollout.batch_size
     assert {"question 6", "question 7"} <= set(engine.prompts)  # never seen -> q = 1
     assert all(
-        getattr(s, PROMPT_ATTR).q == 1.0 for s in samples if s.prompts[0] in ("question 6", "question 7")
+        ctx.prompts[s.prompts[0]].q == 1.0 for s in samples if s.prompts[0] in ("question 6", "question 7")
     )
 
 
@@ -83,28 +82,28 @@ def test_refill_rolls_out_and_returns_every_kept_prompt_of_a_draw_in_its_own_ste
     gen, engine, _ = make_generator(cfg, n_prompts=16, seen=False)
     for step in range(2):
         engine.prompts.clear()
-        ctx = StepContext(step=step + 1)
-        samples, _, consumed, exhausted = gen.generate_samples(ctx, **KW)
+        samples, _, consumed, exhausted = gen.generate_samples(**KW)
+        ctx = samples.ctx
         drawn = {f"question {i}" for i in range(8 * step, 8 * step + 8)}
         assert consumed == 8 and set(engine.prompts) == drawn  # a fresh draw, all of it rolled out
         assert len(samples) == 8 * 4 and {s.prompts[0] for s in samples} == drawn
         assert ctx.draw.drawn == ctx.draw.kept == 8 and ctx.metrics["prompts/rolled_out"] == 8.0
     assert not exhausted
-    assert gen.generate_samples(StepContext(3), **KW)[::2] == ([], 0)  # 16 prompts: nothing left over
+    assert gen.generate_samples(**KW)[::2] == ([], 0)  # 16 prompts: nothing left over
 
 
 def test_an_exhausted_dataloader_ends_the_epoch_without_a_draw():
     gen, engine, _ = make_generator(DPPOConfig(prompt_prune_rate=0.5), n_prompts=4)
-    gen.generate_samples(StepContext(1), **KW)  # draws all 4 prompts
-    samples, _, consumed, exhausted = gen.generate_samples(StepContext(2), **KW)
+    gen.generate_samples(**KW)  # draws all 4 prompts
+    samples, _, consumed, exhausted = gen.generate_samples(**KW)
     assert samples == [] and consumed == 0 and exhausted and gen.draws == 1
 
 
 def test_dynamic_filtering_replacements_are_rolled_out_unpruned_and_dropped_groups_are_handed_on():
     cfg = DPPOConfig(prompt_prune_rate=0.25, q_min=0.1, seed=2)
     gen, engine, _ = make_generator(cfg, n_prompts=16, extra=["--algo.dynamic_filtering_enable"])
-    ctx = StepContext(step=1)
-    samples, pass_rate, consumed, _ = gen.generate_samples(ctx, **KW)
+    samples, pass_rate, consumed, _ = gen.generate_samples(**KW)
+    ctx = samples.ctx
     kept = ctx.draw.kept
     accepted = {s.prompts[0] for s in samples}
     assert all(int(p.split()[-1]) % 4 for p in accepted)  # all-solved groups were filtered out by OpenRLHF
@@ -113,13 +112,13 @@ def test_dynamic_filtering_replacements_are_rolled_out_unpruned_and_dropped_grou
     assert ctx.draw.rolled_out == kept + len(replacements)
     for s in samples:
         if s.prompts[0] in replacements:
-            assert getattr(s, PROMPT_ATTR).q == 1.0
+            assert ctx.prompts[s.prompts[0]].q == 1.0
     assert pass_rate == pytest.approx(len(samples) / consumed * 100)
     # every rolled-out prompt that is not in the returned batch is in ctx.filtered, whole and tagged
     dropped = sorted(set(engine.prompts) - accepted)
     assert dropped and sorted({s.prompts[0] for s in ctx.filtered}) == dropped
     assert len(ctx.filtered) == 4 * len(dropped) and all(int(s.rewards.item()) == 1 for s in ctx.filtered)
-    assert [getattr(s, PROMPT_ATTR).index for s in ctx.filtered] == [
+    assert [ctx.prompts[s.prompts[0]].index for s in ctx.filtered] == [
         int(s.prompts[0].split()[-1]) for s in ctx.filtered
     ]
     filtered_tokens = sum(int(s.action_mask.sum()) for s in ctx.filtered)
@@ -135,15 +134,15 @@ def test_with_dppo_off_openrlhfs_generation_is_only_observed():
     gen, engine, _ = make_generator(
         DPPOConfig(enable=False), n_prompts=16, extra=["--algo.dynamic_filtering_enable"]
     )
-    ctx = StepContext(step=1)
-    samples, _, consumed, _ = gen.generate_samples(ctx, **KW)
+    samples, _, consumed, _ = gen.generate_samples(**KW)
+    ctx = samples.ctx
     assert engine.prompts[:4] == [f"question {i}" for i in range(4)]  # the batch, unpruned
     assert consumed == len(engine.prompts) and len(samples) == 16  # 4 accepted groups
     assert len(ctx.filtered) == 4 * (consumed - 4) > 0
     assert ctx.metrics["samples/generated"] == 4 * consumed
     assert ctx.metrics["prompts/drawn"] == ctx.metrics["prompts/rolled_out"] == consumed
     assert ctx.metrics["prompts/pruned"] == 0 and ctx.draw is None
-    assert all(getattr(s, PROMPT_ATTR).q == 1.0 for s in samples + ctx.filtered)
+    assert all(ctx.prompts[s.prompts[0]].q == 1.0 for s in samples + ctx.filtered)
 
 
 def nan_at(prompt_number: int, value=float("nan")):
@@ -161,10 +160,11 @@ def test_a_reward_function_that_fails_stops_the_step_naming_the_file_and_the_ste
     cfg = DPPOConfig(enable=enable)
     extra = ["--algo.dynamic_filtering_enable", "--reward.remote_url", "/data/my_reward.py"]
     gen, _, _ = make_generator(cfg, n_prompts=12, extra=extra, reward=nan_at(5, value))
-    gen.generate_samples(StepContext(step=6), **KW)  # prompts 0..3: fine
+    gen.steps = 6  # as a resume at step 6 sets it
+    gen.generate_samples(**KW)  # prompts 0..3: fine (step 7)
     what = "no reward" if value is None else "non-finite reward"
-    with pytest.raises(RewardError, match=rf"^/data/my_reward.py.*{what}.*'question 5' at step 7"):
-        gen.generate_samples(StepContext(step=7), **KW)
+    with pytest.raises(RewardError, match=rf"^/data/my_reward.py.*{what}.*'question 5' at step 8"):
+        gen.generate_samples(**KW)
 
 
 def test_a_failing_reward_during_evaluation_is_reported_as_such():

@@ -8,11 +8,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 from dppo_pipeline import CheckpointGroup, bare_trainer, controller, one_step
-from dppo_stand_ins import base_argv, make_args
+from dppo_stand_ins import GENERATE_KW, base_argv, generator_for, make_args
 
-from openrlhf_dppo.adapters.step import PROMPT_ATTR
 from openrlhf_dppo.adapters.trainer import scheduler_steps
-from openrlhf_dppo.core import DPPOConfig
+from openrlhf_dppo.core import DPPOConfig, PromptHistory
 from openrlhf_dppo.run_dir import RunDir
 
 pytestmark = pytest.mark.usefixtures("stand_in_ray")
@@ -37,32 +36,15 @@ def test_evaluation_lines_go_to_the_metrics_file(tmp_path):
 # ---- the run's length and its evaluation points -----------------------------------------------------
 
 
-class EndlessGenerator:
-    """Samples-generator stand-in that never runs out of prompts: OpenRLHF's loop alone would not stop."""
-
-    def __init__(self, evals):
-        self.calls = 0
-        self.steps = []  # the step of each context handed in
-        self.draws = 0
-        self.evals = evals
-
-    def generate_samples(self, ctx, **kwargs):
-        self.steps.append(ctx.step)
-        self.calls += 1
-        if self.calls > 40:
-            raise RuntimeError("the training loop did not stop")
-        return ["a rollout"], None, 1, False
-
-    def generate_eval_samples(self, **kwargs):
-        return self.evals
-
-
 class StandInLoader(list):
     def state_dict(self):
         return {}
 
 
-def looping_trainer(tmp_path, enable, extra=(), states=None):
+def looping_trainer(tmp_path, enable, step_limit, extra=(), states=None):
+    """A trainer whose OpenRLHF loop runs with the real samples generator over 64 prompts (16 steps an
+    episode, 3 episodes: the prompts alone would not stop it) and a stand-in step that records the
+    step number of the context each rollout batch carries."""
     from openrlhf.trainer.ppo_utils.experience import Experience
 
     argv = base_argv() + [
@@ -74,18 +56,22 @@ def looping_trainer(tmp_path, enable, extra=(), states=None):
         str(tmp_path / "ckpt"),
     ]
     args = make_args(argv + list(extra))
+    cfg = DPPOConfig(enable=enable)
     group = CheckpointGroup(states)
-    t = bare_trainer(args, DPPOConfig(enable=enable), RunDir(str(tmp_path / "run")), group)
+    t = bare_trainer(args, cfg, RunDir(str(tmp_path / "run")), group)
     evals = [Experience(prompts=["p"], rewards=r, response_length=torch.tensor([3]), truncated=torch.tensor([0]))
              for r in (1.0, 0.0, 0.0, 1.0)]  # fmt: skip
-    t.samples_generator = EndlessGenerator(evals)
+    t.history = PromptHistory(64) if enable else None
+    t.samples_generator, _ = generator_for(args, cfg, t.history, 64, step_limit=step_limit)
+    t.samples_generator.generate_eval_samples = lambda **kwargs: evals
     t.eval_dataloader = [(["math"], ["p"], [""], [None])]
-    t.prompts_dataloader = StandInLoader(range(8))
-    t.generate_kwargs = {"temperature": 1.0}
+    t.prompts_dataloader = StandInLoader(range(64))
+    t.generate_kwargs = dict(GENERATE_KW)
     t.broadcast_to_vllm = lambda: None
+    t.steps_seen = []
 
-    def train_step(samples, step):
-        t._ctx = None  # the step's context is used up
+    def train_step(rollouts, step):
+        t.steps_seen.append(rollouts.ctx.step)
         return {"timing/make_experience": 0.01}, step + 1
 
     t.train_step = train_step
@@ -99,26 +85,25 @@ def lines(tmp_path, kind):
 
 @pytest.mark.parametrize("enable", [True, False])
 def test_max_steps_ends_the_run_after_the_last_steps_evaluation(tmp_path, enable):
-    t = looping_trainer(tmp_path, enable)
+    t = looping_trainer(tmp_path, enable, step_limit=5)
     t.step_limit = 5
     t.fit()
     assert [r["step"] for r in lines(tmp_path, "train")] == [1, 2, 3, 4, 5]
-    assert t.samples_generator.steps == [1, 2, 3, 4, 5]  # the exhausted answers generate nothing
+    assert t.steps_seen == [1, 2, 3, 4, 5]  # the exhausted answers generate nothing
     evals = lines(tmp_path, "eval")
     assert [r["step"] for r in evals] == [0, 2, 4]  # a fresh run starts with an evaluation at step 0
     assert all(r["timing/eval"] >= 0 and r["eval_math_pass1"] == 0.5 for r in evals)
     status = json.load(open(tmp_path / "run" / "status.json"))
     assert status["state"] == "finished" and status["step"] == 5
-    assert "generate_samples" not in vars(t.samples_generator)  # fit's routing was undone
 
 
 def test_the_last_step_is_evaluated_when_it_is_on_the_schedule_and_a_resume_skips_step_0(tmp_path):
     os.makedirs(tmp_path / "ckpt" / "_actor")
     states = {"episode": 0, "global_step": 2, "total_consumed_prompts": 8, "data_loader_state_dict": {}}
-    t = looping_trainer(tmp_path, True, ["--ckpt.load_enable"], states=states)
+    t = looping_trainer(tmp_path, True, 4, ["--ckpt.load_enable"], states=states)
     t.step_limit = 4
     t.fit()
-    assert [r["step"] for r in lines(tmp_path, "train")] == [3, 4] == t.samples_generator.steps
+    assert [r["step"] for r in lines(tmp_path, "train")] == [3, 4] == t.steps_seen
     assert [r["step"] for r in lines(tmp_path, "eval")] == [4]
 
 
@@ -149,7 +134,7 @@ def test_reward_ht_reweights_the_rolled_out_prompts_to_the_drawn_batch(tmp_path)
     one_step(t)  # epoch 1: all 8 prompts seen once (unseen prompts keep q = 1)
     status, samples = one_step(t)  # epoch 2: scores from the history, q < 1 for some
     G = t.args.rollout.n_samples_per_prompt
-    q = torch.tensor([getattr(s, PROMPT_ATTR).q for s in samples[::G]], dtype=torch.float64)
+    q = torch.tensor([samples.ctx.prompts[s.prompts[0]].q for s in samples[::G]], dtype=torch.float64)
     assert (q < 1).any() and status["prompts/drawn"] == 8
     sums = torch.cat([s.rewards for s in samples]).double().reshape(-1, G).sum(1)
     assert status["rollout/reward_ht"] == pytest.approx(float((sums / q).sum() / (8 * G)), rel=1e-14)

@@ -5,6 +5,7 @@ namespace to a capture. tests/cli/test_bad_input.py runs the CLI as a user would
 """
 
 import re
+from types import SimpleNamespace
 
 import pytest
 from cli_commands import DPPO, GRPO, parse, replaced, without
@@ -43,7 +44,6 @@ def test_grpo_command_plus_dppo_flags_goes_through_openrlhf_validation():
     assert args.critic.model_name_or_path is None
     assert args.rollout.vllm_generate_batch_size == 16
     assert args.algo.kl.use_loss and args.algo.kl.estimator == "k3"
-    assert args.dppo_meta.argv == GRPO + DPPO
     cfg, run = build_options(vars(args.dppo))
     assert cfg.completion_prune_rate == 0.5 and cfg.packer == "ffd" and cfg.enable
     assert run.run_dir is None and run.max_steps is None
@@ -181,15 +181,25 @@ def test_install_points_openrlhf_at_the_dppo_classes():
     from openrlhf_dppo.adapters import install
     from openrlhf_dppo.adapters.actor import DPPOPolicyModelActor
     from openrlhf_dppo.adapters.trainer import DPPOTrainer
+    from openrlhf_dppo.run_dir import RunMeta
 
-    replaced_classes = install(DPPOConfig())
+    cfg, run = DPPOConfig(completion_prune_rate=0.3), RunMeta(argv=["--x"], start_time=1.0)
+    replaced_classes = install(cfg, run)
     try:
-        assert ppo_trainer.PPOTrainer is DPPOTrainer
+        # OpenRLHF's train() calls PPOTrainer.remote(...): the DPPO trainer gets the CLI's config and
+        # the run metadata as constructor arguments (the same objects: nothing rebuilt)
+        factory = ppo_trainer.PPOTrainer
+        assert factory.trainer_class is DPPOTrainer and factory.dppo is cfg and factory.run is run
         assert train_ppo_ray.PolicyModelActor is DPPOPolicyModelActor
         # both are Ray actor classes again, wrapping subclasses of OpenRLHF's Python classes
         from openrlhf_dppo.adapters._ray import unwrap_actor_class
 
         assert issubclass(unwrap_actor_class(DPPOTrainer), unwrap_actor_class(replaced_classes["PPOTrainer"]))
+        stand_in = type(factory)(SimpleNamespace(remote=lambda *a, **k: (a, k)), cfg, run)
+        assert stand_in.remote("model", "strategy", temperature=1.0) == (
+            ("model", "strategy"),
+            {"dppo": cfg, "run": run, "temperature": 1.0},
+        )
         assert issubclass(
             unwrap_actor_class(DPPOPolicyModelActor), unwrap_actor_class(replaced_classes["PolicyModelActor"])
         )
@@ -199,7 +209,7 @@ def test_install_points_openrlhf_at_the_dppo_classes():
         train_ppo_ray.PolicyModelActor = replaced_classes["PolicyModelActor"]
     # --dppo.enable false: only the trainer (run directory) is replaced; OpenRLHF's actor stays
     actor = train_ppo_ray.PolicyModelActor
-    replaced_classes = install(DPPOConfig(enable=False))
+    replaced_classes = install(DPPOConfig(enable=False), RunMeta())
     try:
         assert set(replaced_classes) == {"PPOTrainer"} and train_ppo_ray.PolicyModelActor is actor
     finally:

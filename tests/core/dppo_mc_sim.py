@@ -27,6 +27,7 @@ class Toy:
     K: int = 3
     beta: float = 0.0
     seed: int = 0
+    unseen: bool = True  # prompt 0 never seen (q = 1): no prompt draw can then be empty
 
     def __post_init__(self) -> None:
         g = torch.Generator().manual_seed(self.seed)
@@ -36,7 +37,8 @@ class Toy:
         self.pi = torch.softmax(self.theta + self.offsets, dim=-1)  # (B, K)
         succ = self.pi[torch.arange(self.B), self.correct]
         s = 1 - succ**self.G - (1 - succ) ** self.G  # the binary score at the true success rate
-        s[0] = float("inf")  # one prompt never seen: always kept
+        if self.unseen:
+            s[0] = float("inf")  # one prompt never seen: always kept
         self.scores = s
 
     def rollouts(self, R: int, gen: torch.Generator):

@@ -19,7 +19,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from dppo_mc_sim import Toy, simulate  # noqa: E402
 
-from openrlhf_dppo.core import COMPLETION_POLICIES, FIXED_SIZE_DESIGNS, SAMPLING_DESIGNS  # noqa: E402
+from openrlhf_dppo.core import (  # noqa: E402
+    COMPLETION_POLICIES,
+    FIXED_SIZE_DESIGNS,
+    SAMPLING_DESIGNS,
+    prompt_keep_probs,
+    prune_prompts,
+    sample_mask,
+)
 
 R = 10000
 R_HIGH = 40000  # both levels at rate 0.9 keep ~2% of the items: the control needs more replicates
@@ -87,3 +94,65 @@ def test_harness_sees_exact_gradient(toy):
     res = simulate(toy, 200, "completion", 0.0, allow_zero=True, seed=3)
     assert res.diff_mean.abs().max() < 1e-15 and res.keep_frac < 1.0
     assert grads.shape == (3, toy.B, toy.G, toy.K) and adv.shape == (3, toy.B, toy.G)
+
+
+def _prompt_level_steps(toy: Toy, R: int, design: str, draw, seed: int):
+    """R steps of the prompt level as OpenRLHF's loop runs them: a draw that keeps no prompt yields no
+    rollouts, and the loop asks for another draw for the same step. draw(gen) -> (mask, weight) (B,).
+    Returns (g_hat - g over the steps (R, K), number of draws that kept nothing)."""
+    gen = torch.Generator().manual_seed(seed)
+    adv, grads = toy.rollouts(R, gen)
+    per_prompt = grads.sum(dim=2)  # (R, B, K)
+    full = per_prompt.sum(dim=1) / (toy.B * toy.G)
+    est, empty = torch.empty_like(full), 0
+    for r in range(R):
+        mask, weight = draw(gen)
+        while not mask.any():
+            empty += 1
+            mask, weight = draw(gen)
+        est[r] = weight @ per_prompt[r] / (toy.B * toy.G)
+    return est - full, empty
+
+
+@pytest.mark.parametrize("design", ["bernoulli", "systematic"])
+def test_a_prompt_draw_never_keeps_nothing_and_the_step_stays_unbiased(design):
+    # 3 prompts, none unseen, keep 30%: a plain Bernoulli draw keeps nothing with probability ~0.35.
+    # prune_prompts (what the samples generator calls) must never leave the step empty, and its
+    # weights must stay unbiased for the full batch.
+    toy = Toy(B=3, seed=2, unseen=False)
+    keep, q_min = 0.3, 0.05
+
+    def pruned(gen):
+        d, _ = prune_prompts(toy.scores, keep, q_min, design, gen)
+        return d.mask, d.weight
+
+    d, empty = _prompt_level_steps(toy, 4000, design, pruned, _seed("empty", design))
+    z = d.mean(0) / (d.std(dim=0) / len(d) ** 0.5)
+    assert z.abs().max() < 4.0, f"bias detected: z = {z.tolist()} ({empty} draws kept nothing)"
+    assert empty == 0, f"{empty} prompt draws kept nothing"
+
+    # the control: Bernoulli weights 1/q with the loop's redraw is conditioned on a non-empty draw,
+    # E[g_hat] = g / P(non-empty); the same test must see it
+    q, _ = prompt_keep_probs(toy.scores, keep, q_min)
+    p_empty = float(torch.prod(1 - q))
+    assert p_empty > 0.2
+
+    def conditioned(gen):
+        mask, q_used = sample_mask(q, "bernoulli", gen)
+        return mask, torch.where(mask, 1.0 / q_used, 0.0)
+
+    d, empty = _prompt_level_steps(toy, 4000, "bernoulli", conditioned, _seed("empty", "control"))
+    z = d.mean(0) / (d.std(dim=0) / len(d) ** 0.5)
+    assert empty > 0 and z.abs().max() > 4.0, (
+        f"conditioning on a non-empty draw not detected: z = {z.tolist()}"
+    )
+
+
+def test_a_never_empty_bernoulli_draw_reports_its_inclusion_probabilities():
+    # hand-derived: p = (0.5, 0.5): P(non-empty) = 0.75, so each item is kept with 0.5 / 0.75 = 2/3
+    gen = torch.Generator().manual_seed(0)
+    p = torch.full((20000, 2), 0.5, dtype=torch.float64)
+    mask, p_used = sample_mask(p, "bernoulli", gen, nonempty=True)
+    assert mask.any(dim=1).all()
+    assert torch.allclose(p_used, torch.full_like(p, 2 / 3))
+    assert abs(float(mask.double().mean()) - 2 / 3) < 0.01  # 4 standard errors: 4 * 0.0033

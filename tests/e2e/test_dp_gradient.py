@@ -84,17 +84,20 @@ def parsed_args(dp: int):
     return args
 
 
-def rollouts(seed: int = 0) -> list:
+def rollouts(seed: int = 0):
     """PROMPTS groups of G rollouts (tokens of the tiny vocabulary) built by OpenRLHF's own
-    ``_process_response_into_experience``; every third group has equal rewards (A = 0)."""
+    ``_process_response_into_experience``, as the samples generator's ``Rollouts`` (prompt j drawn with
+    q = Q[j]); every third group has equal rewards (A = 0)."""
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
-    from openrlhf_dppo.adapters.step import PROMPT_ATTR, PromptDraw
+    from openrlhf_dppo.adapters.step import DrawRecord, PromptDraw, Rollouts, StepContext
 
     vocab = 16
     rng = random.Random(seed)
     samples = []
+    ctx = StepContext(step=1, draw=DrawRecord(drawn=PROMPTS, kept=PROMPTS, rolled_out=PROMPTS))
     for j in range(PROMPTS):
+        ctx.prompts[f"prompt {j}"] = PromptDraw(j, Q[j])
         prompt = [rng.randrange(2, vocab) for _ in range(rng.randrange(3, 7))]
         for _ in range(G):
             n = rng.randrange(2, 9)
@@ -106,9 +109,8 @@ def rollouts(seed: int = 0) -> list:
                 "prompt": f"prompt {j}", "label": "", "truncated": False, "extra_logs": {},
             }  # fmt: skip
             s = SamplesGenerator._process_response_into_experience(None, response, max_len=16)
-            setattr(s, PROMPT_ATTR, PromptDraw(j, Q[j]))
             samples.append(s)
-    return samples
+    return Rollouts(samples, ctx)
 
 
 def reference_shift(sequences, action_mask, model_logprobs):
@@ -128,7 +130,6 @@ def batch(tiny):
     from openrlhf.utils import utils
 
     from openrlhf_dppo.adapters.experience_maker import DPPOExperienceMaker
-    from openrlhf_dppo.adapters.step import DrawRecord, StepContext
     from openrlhf_dppo.core import DPPOConfig, PromptHistory
 
     patch = pytest.MonkeyPatch()
@@ -155,8 +156,9 @@ def batch(tiny):
             FixedKLController(KL_COEF), SimpleNamespace(args=args), StandInTokenizer(),
             dppo=cfg, history=PromptHistory(PROMPTS),
         )  # fmt: skip
-        ctx = StepContext(step=1, draw=DrawRecord(drawn=PROMPTS, kept=PROMPTS, rolled_out=PROMPTS))
-        experiences = maker.make_experience_batch(ctx, rollouts())
+        step = rollouts()
+        experiences = maker.make_experience_batch(step)
+        ctx = step.ctx
     finally:
         patch.undo()
     items = DPPOExperienceMaker._single_items(experiences)

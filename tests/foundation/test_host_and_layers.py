@@ -316,3 +316,63 @@ def test_importing_the_package_core_and_report_changes_nothing_and_needs_no_host
     )
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip() == "", f"imports pulled in: {res.stdout.strip()}"
+
+
+# ------------------------------------------------------------------------- importing patches nothing
+#: modules whose import still patches something, each with the issue that removes it
+IMPORT_PATCHES_KNOWN = {
+    "openrlhf_dppo.compat.vllm_worker": "installs its vLLM worker patches on import (#22)"
+}
+
+
+PATCHABLE = ("openrlhf", "vllm", "ray", "deepspeed", "torch", "transformers")
+
+
+def test_importing_any_module_patches_nothing():
+    # With the host prepared (what the entry points do first) and the OpenRLHF modules we extend loaded,
+    # import every module of the package: no attribute of a loaded host module (PATCHABLE) is replaced, no
+    # registry gains an implementation, sys.path and the environment stay as they were. Patches and
+    # registrations belong to install() / prepare_host() / packing.register(), called by entry points.
+    modules = sorted(
+        _module_name(p) for files in _parts().values() for p in files if "flash_attn_stub" not in p.parts
+    )
+    modules = [m for m in modules if m not in IMPORT_PATCHES_KNOWN]
+    code = f"""
+        import importlib, os, sys
+        import openrlhf_dppo._host as h
+        h.prepare_host()
+        for m in {HOST_MODULES + ["vllm"]!r}:
+            importlib.import_module(m)
+        from openrlhf_dppo.core.registry import Registry
+
+        def registered(reg):
+            out = []
+            for name in reg.names():
+                try:
+                    reg.get(name)
+                    out.append(name)
+                except ValueError:  # declared only
+                    pass
+            return out
+
+        def state():
+            host = {{(n, k): id(v) for n, mod in list(sys.modules.items())
+                    if n.split(".")[0] in {PATCHABLE!r} and mod is not None for k, v in vars(mod).items()}}
+            regs = {{f"{{n}}.{{k}}": registered(v) for n, mod in list(sys.modules.items())
+                    if n.startswith("openrlhf_dppo") and mod is not None
+                    for k, v in vars(mod).items() if isinstance(v, Registry)}}
+            return host, regs, list(sys.path), dict(os.environ)
+
+        host, regs, path, env = state()
+        for m in {modules!r}:
+            importlib.import_module(m)
+        host2, regs2, path2, env2 = state()
+        bad = [f"{{n}}.{{k}} replaced" for (n, k), i in host.items() if host2.get((n, k)) != i]
+        bad += [f"registry {{r}}: {{regs[r]}} -> {{regs2[r]}}" for r in regs if regs2[r] != regs[r]]
+        bad += ["sys.path changed"] * (path2 != path) + ["os.environ changed"] * (env2 != env)
+        print("patched:" + " | ".join(bad))
+        """
+    res = _run(code, {"DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")})
+    assert res.returncode == 0, res.stderr[-3000:]
+    (line,) = [x for x in res.stdout.splitlines() if x.startswith("patched:")]
+    assert line == "patched:", f"importing {line}"

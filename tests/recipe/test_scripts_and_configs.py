@@ -68,8 +68,6 @@ from openrlhf_dppo.cli.train_dppo_ray import main
 def flat(obj, prefix=""):
     out = {}
     for k, v in vars(obj).items():
-        if k == "dppo_meta":
-            continue
         if hasattr(v, "__dict__") and not isinstance(v, type):
             out.update(flat(v, prefix + k + "."))
         else:

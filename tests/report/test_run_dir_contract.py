@@ -33,7 +33,7 @@ def _args(out: str, packing: bool) -> SimpleNamespace:
 
 def _write(path, dppo: DPPOConfig, step_totals, rewards, keep=None):
     run = RunDir(str(path), max_steps=len(step_totals))
-    run.write_config(_args(str(path), packing=dppo.enable), dppo, "dppo" if dppo.enable else "grpo")
+    run.write_config(_args(str(path), packing=dppo.enable), dppo, "dppo" if dppo.enable else "grpo", [], None)
     run.log("eval", 0, {"eval_arith_pass1": 0.25, "eval_arith_pass4": 0.5})  # before the first step
     run.status("running", 0)
     for step, (total, reward) in enumerate(zip(step_totals, rewards), start=1):

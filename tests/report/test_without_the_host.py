@@ -71,7 +71,7 @@ def test_the_writer_runs_without_torch(tmp_path):
         from types import SimpleNamespace
         from openrlhf_dppo.run_dir import RunDir, read_metrics
         run = RunDir("run", max_steps=1)
-        run.write_config(SimpleNamespace(dppo_meta=SimpleNamespace(start_time=0.0)), SimpleNamespace(asdict=dict), "grpo")
+        run.write_config(SimpleNamespace(), SimpleNamespace(asdict=dict), "grpo", [], 0.0)
         run.log("train", 1, {"timing/step_total": 2.0})
         print([row["time/train_s"] for row in read_metrics("run")])
         """,
