@@ -23,11 +23,14 @@ def test_refill_rolls_out_whole_draws_in_epoch_1_then_about_b_always_in_grpos_op
     assert cfg.prompts_drawn(6) == 12 and DPPOConfig(prompt_prune_rate=0.5).prompts_drawn(6) == 6
     t = controller(tmp_path, cfg, batch=6, n_prompts=24)
     plans = []
-    planned = t._planned_balance
-    t._planned_balance = lambda ctx, experiences, args: (
-        plans.append(ctx.dispatch),
-        planned(ctx, experiences, args),
-    )[1]
+    make = t.experience_maker.make_experience_batch  # the plan rides on what it returns
+
+    def recording(rollouts):
+        experiences = make(rollouts)
+        plans.append(experiences.plan)
+        return experiences
+
+    t.experience_maker.make_experience_batch = recording
     drawn, rolled_out = [], []
     for _ in range(4):
         status, _ = one_step(t)
