@@ -1,7 +1,9 @@
 """The run directory: the names of its files and metric keys, its writer and its one reader.
 
 A run directory (``--dppo.run_dir``, default ``--ckpt.output_dir``) holds
-- ``run_config.json``: the parsed arguments, the DPPO config, the algorithm, the hardware, the start time;
+- ``run_config.json``: the parsed arguments, the DPPO config, the algorithm, the hardware, the machine
+  record (``machine``: the CPU model, its bf16 support, the precision; written by the trainer from
+  ``openrlhf_dppo.precision.machine``), the start time;
 - ``metrics.jsonl``: one JSON object per line, ``{"kind": "train"|"eval", "step": int, "time": unix,
   "wall_time": s, ...metrics}``; one train line per step and one eval line per evaluation;
 - ``status.json``: ``{"state", "step", "max_steps", "updated", "reason"?}``, replaced atomically;
@@ -80,6 +82,16 @@ COMPLETION_KEEP_FRAC = "dppo/completion_keep_frac"
 WEIGHT_MEAN, WEIGHT_MAX, WEIGHT_ESS = "dppo/weight_mean", "dppo/weight_max", "dppo/weight_ess"
 PACK_DENSITY, PACK_MICRO_BATCHES = "dppo/pack_density", "dppo/pack_micro_batches"
 PACK_LOWER_BOUND, PACK_RANK_IMBALANCE = "dppo/pack_lower_bound", "dppo/pack_rank_imbalance"
+
+# ---- run_config.json's machine record: timings and learning curves depend on the CPU and precision ------
+MACHINE = "machine"
+CPU_MODEL = "cpu_model"  # str: /proc/cpuinfo's model name
+CPU_NATIVE_BF16 = "cpu_native_bf16"  # bool: oneDNN has bf16 kernels for this CPU (capped by the env)
+TORCH_CPU_CAPABILITY = "torch_cpu_capability"  # str: ATen's CPU kernel level, e.g. "AVX512", "AVX2"
+DEVICE = "device"  # "cpu" | "cuda"
+PRECISION = "precision"  # "bf16" | "fp16" | "fp32": the run's --ds.param_dtype
+ISA_CAPS = "isa_caps"  # {name: value} of ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA when set (emulation)
+MACHINE_KEYS = (CPU_MODEL, CPU_NATIVE_BF16, TORCH_CPU_CAPABILITY, DEVICE, PRECISION, ISA_CAPS)
 
 # ---- status.json ----------------------------------------------------------------------------------
 STATES = ("running", "finished", "failed", "cancelled", "requeued")
@@ -269,7 +281,8 @@ class RunDir:
                 if fh.read(1) != b"\n":
                     fh.write(b"\n")
 
-    def write_config(self, args, dppo_config, algo: str) -> None:
+    def write_config(self, args, dppo_config, algo: str, machine: dict | None = None) -> None:
+        """Write run_config.json; ``machine``: the record under ``MACHINE`` (``MACHINE_KEYS``)."""
         from openrlhf_dppo import __version__
 
         meta = getattr(args, "dppo_meta", None)
@@ -284,6 +297,8 @@ class RunDir:
             "hardware": hardware(),
             "start_time": self.start_time,
         }
+        if machine is not None:
+            config[MACHINE] = to_plain(machine)
         _write_json(self.path / RUN_CONFIG, config)
 
     def log(self, kind: str, step: int, values: dict) -> dict:

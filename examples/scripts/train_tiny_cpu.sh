@@ -18,6 +18,8 @@
 #   EVAL_STEPS [10]      evaluate the held-out set every this many steps (greedy, 500 prompts)
 #   R_Q, R_O [0.5 0.5]   DPPO's prompt and completion prune rates (dppo only)
 #   OUT [runs/tiny_cpu/$ALGO]  run directory;  TINY [.cache/tiny]: assets (built on first use)
+#   PRECISION [auto]     bf16 | fp32 | auto: bf16 where the CPU has native bf16, else fp32
+#                        (OPENRLHF_DPPO_CPU_PRECISION when set; openrlhf_dppo.precision decides)
 #   PYTHON [.venv/bin/python];  PRINT_CMD=1: print the training command and exit (nothing is built or run)
 # The Ray log goes to $OUT/train.log; one progress line per step is printed here.
 set -euo pipefail
@@ -36,6 +38,7 @@ PY=${PYTHON:-.venv/bin/python}
 TINY=${TINY:-.cache/tiny}
 OUT=${OUT:-runs/tiny_cpu/$ALGO}
 STEPS=${STEPS:-150}
+PRECISION=$("$PY" -m openrlhf_dppo.precision ${PRECISION:+"$PRECISION"} --name PRECISION)
 PROMPTS=${PROMPTS:-64}
 SAMPLES=${SAMPLES:-8}
 POOL=2000  # prompts in $TINY/data/train.jsonl (openrlhf_dppo.tiny.build.N_TRAIN)
@@ -54,7 +57,7 @@ CMD=("$PY" -m openrlhf_dppo.cli.train_dppo_ray
   --reward.remote_url openrlhf_dppo/rewards/arithmetic.py
   --actor.num_gpus_per_node 1 --ref.num_gpus_per_node 1
   --vllm.num_engines 1 --vllm.tensor_parallel_size 1 --vllm.sync_backend gloo --vllm.enforce_eager
-  --ds.attn_implementation sdpa --ds.param_dtype bf16 --ds.zero_stage 2
+  --ds.attn_implementation sdpa --ds.param_dtype "$PRECISION" --ds.zero_stage 2
   --rollout.batch_size "$PROMPTS" --rollout.n_samples_per_prompt "$SAMPLES" --rollout.micro_batch_size 64
   --rollout.max_new_tokens 6 --rollout.temperature 1.0 --data.max_len 16
   --train.batch_size $((PROMPTS * SAMPLES)) --train.micro_batch_size 64 --train.seed "$SEED"
@@ -76,7 +79,7 @@ if [ "$(wc -l < "$TINY/data/train.jsonl")" -ne "$POOL" ]; then
 fi
 if [ -e "$OUT/status.json" ] || [ -e "$OUT/metrics.jsonl" ]; then rm -rf "$OUT"; fi
 mkdir -p "$OUT"
-echo "[$ALGO] $STEPS steps x $PROMPTS prompts x $SAMPLES samples on CPU, seed $SEED; log: $OUT/train.log"
+echo "[$ALGO] $STEPS steps x $PROMPTS prompts x $SAMPLES samples on CPU in $PRECISION, seed $SEED; log: $OUT/train.log"
 
 "${CMD[@]}" > "$OUT/train.log" 2>&1 &
 PID=$!
