@@ -1,7 +1,12 @@
 """A tiny GRPO step in each CPU precision, on this CPU and on an emulated CPU without native bf16.
 
+    python benchmarks/precision_step.py matmul                  # does the emulation turn bf16 off?
     python benchmarks/precision_step.py run --arm native-bf16 [--steps 6] [--round 1]
     python benchmarks/precision_step.py table runs/precision/*
+
+``matmul`` times a 512x256 @ 256x768 matmul and ``nn.Linear`` 256->768 on a 512-row batch in fp32, bf16
+and fp16 with 2 threads (GFLOP/s, best of 1 s of repeats), on this CPU, with each cap alone and with
+both, each in a fresh process (the caps are read when torch loads).
 
 ``run`` is one short ``examples/scripts/train_tiny_cpu.sh`` GRPO run (the demo's flags: 64 prompts x 8
 samples; ``EVAL_STEPS=-1``: no evaluation) with ``PRECISION`` and,
@@ -38,6 +43,42 @@ ARMS = {
     "emulated-bf16": (EMULATE_AVX2, "bf16"),
     "emulated-fp32": (EMULATE_AVX2, "fp32"),
 }
+
+
+MATMUL_CODE = """
+import time, torch
+torch.set_num_threads(2)
+def gflops(dtype, linear):
+    x = torch.randn(512, 256, dtype=dtype)
+    w = torch.randn(256, 768, dtype=dtype)
+    f = (lambda m=torch.nn.Linear(256, 768).to(dtype): m(x)) if linear else (lambda: x @ w)
+    for _ in range(3):
+        f()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < 1.0:
+        f(); n += 1
+    return 2 * 512 * 256 * 768 * n / (time.perf_counter() - t0) / 1e9
+with torch.no_grad():
+    cells = [f"{gflops(d, lin):.1f}" for d in (torch.float32, torch.bfloat16, torch.float16) for lin in (False, True)]
+bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+print(f"{torch.backends.cpu.get_cpu_capability()} | {bf16} | " + " | ".join(cells))
+"""
+
+
+def matmul(args) -> None:
+    print(
+        "| caps | torch CPU capability | oneDNN bf16 | fp32 matmul | fp32 Linear | bf16 matmul | bf16 Linear "
+        "| fp16 matmul | fp16 Linear |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for caps in ({}, {"ATEN_CPU_CAPABILITY": "avx2"}, {"ONEDNN_MAX_CPU_ISA": "AVX2"}, EMULATE_AVX2):
+        env = {k: v for k, v in os.environ.items() if k not in EMULATE_AVX2}
+        env.update(caps)
+        out = subprocess.run(
+            [sys.executable, "-c", MATMUL_CODE], env=env, capture_output=True, text=True, check=True
+        )
+        name = " ".join(f"{k}={v}" for k, v in caps.items()) or "none (this CPU)"
+        print(f"| {name} | {out.stdout.strip()} |")
 
 
 def run(args) -> None:
@@ -93,10 +134,11 @@ def main(argv=None) -> None:
     r.add_argument("--arm", choices=ARMS, required=True)
     r.add_argument("--steps", type=int, default=6)
     r.add_argument("--round", type=int, default=1)
+    sub.add_parser("matmul")
     t = sub.add_parser("table")
     t.add_argument("runs", nargs="+")
     args = ap.parse_args(argv)
-    {"run": run, "table": table}[args.cmd](args)
+    {"run": run, "table": table, "matmul": matmul}[args.cmd](args)
 
 
 if __name__ == "__main__":
