@@ -137,9 +137,8 @@ class _DPPOTrainer(_PPOTrainerBase):
         run_path = getattr(args.dppo, "run_dir", None) or args.ckpt.output_dir
         shown_max = self.step_limit if self.step_limit is not None else self.max_steps
         self.run_dir = RunDir(os.path.abspath(run_path), max_steps=shown_max)
-        machine = precision.machine(
-            args.ds.param_dtype
-        )  # CPU, bf16 support, precision: timings depend on them
+        # the CPU, its bf16 support and the precision: every timing depends on them
+        machine = precision.machine(args.ds.param_dtype)
         self.run_dir.write_config(args, self.dppo, "dppo" if self.dppo.enable else "grpo", machine=machine)
         self._last_step = 0  # the last step trained (from the checkpoint on a resume)
         self._checkpoint_states = None

@@ -146,9 +146,8 @@ def apply(
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ["PYTHONPATH"] = worker_pythonpath()
     if precision is not None:
-        log(
-            cpu_precision.describe(precision)
-        )  # before the variable below: it says where the choice came from
+        # logged before the variable is set: the line says where the choice came from
+        log(cpu_precision.describe(precision))
         os.environ[cpu_precision.ENV] = precision
 
     install(DRIVER)
