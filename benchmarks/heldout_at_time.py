@@ -5,27 +5,34 @@
 
 `openrlhf-dppo compare` answers "how long until the baseline's final accuracy?" When every arm runs the
 same number of steps, a faster arm stops earlier, and an arm that has not reached the target by its end
-is censored. This reads the same run directories with the report's own functions and answers the other
-question: at a given training time, what held-out accuracy has each arm reached? Per arm: its final
-accuracy at its own mean training time beside the baseline's at that same time, then every arm at
-fractions of the baseline arm's mean training time. Each run's curve is the report's (running median of
-``--eval-window`` eval points, against ``time/train_s``), read by linear interpolation between eval
-points; a run that stopped before a time has no value there ("ended"), and the count of seeds with a
-value is printed beside the mean.
+is censored. This answers the other question: at a given training time, what held-out accuracy has
+each arm reached? Per arm: its final accuracy at its own mean training time beside the baseline's at
+that same time, then every arm at fractions of the baseline arm's mean training time.
+
+It reads the run directories through compare's own path (``openrlhf_dppo.cli.compare.load_report``):
+the same arms, the same held-out curves (the mean over the eval datasets all runs share, a running
+median of ``--eval-window`` eval points against ``time/train_s``, ``openrlhf_dppo.report.curves``) and
+the same comparability checks (``openrlhf_dppo.report.checks``), whose warnings are printed under the
+table. A curve is read by linear interpolation between its smoothed points. A run has no value at a
+time after its last eval ("ended") or before its first smoothed point ("not yet": before its first
+eval -- a resumed run has no step-0 eval -- or before the smoothing window fits); the count of seeds
+with a value is printed beside the mean.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from openrlhf_dppo.report.run import load_run  # noqa: E402
-from openrlhf_dppo.report.summary import heldout_curve, train_clock  # noqa: E402
+from openrlhf_dppo.cli.compare import load_report  # noqa: E402
+from openrlhf_dppo.report import RunDirError, Settings  # noqa: E402
+from openrlhf_dppo.report.curves import Curve  # noqa: E402
+
+ENDED, NOT_YET, NO_EVAL = "ended", "not yet", "no eval"
 
 
 def value_at(times: list[float], values: list[float], t: float) -> float | None:
@@ -39,21 +46,24 @@ def value_at(times: list[float], values: list[float], t: float) -> float | None:
     return values[-1]
 
 
-def run_curve(path: str, dataset: str | None, window: int):
-    """(training time at the last step, (times, smoothed accuracies)) of one run directory."""
-    run = load_run(path)
-    datasets = [dataset] if dataset else sorted(run.eval_curves())
-    clock, _ = train_clock(run)
-    curve = heldout_curve(run, datasets, clock, window)
+def reading_at(curve: Curve | None, t: float) -> float | str:
+    """The run's smoothed held-out accuracy at training time ``t``, or why it has none: ENDED after
+    its last eval, NOT_YET before its first smoothed point, NO_EVAL without a held-out curve."""
     if curve is None:
-        raise SystemExit(f"{path}: no held-out eval lines for {datasets}")
-    return clock[run.train[-1]["step"]], (curve.times, curve.smoothed)
+        return NO_EVAL
+    if t > curve.times[-1]:
+        return ENDED
+    points = [(ti, v) for ti, v in zip(curve.times, curve.smoothed) if v is not None]
+    if not points or t < points[0][0]:
+        return NOT_YET
+    return value_at([p[0] for p in points], [p[1] for p in points], t)
 
 
-def fmt(values: list[float | None]) -> str:
-    known = [v for v in values if v is not None]
+def fmt(values: list[float | str | None]) -> str:
+    """Mean ± sd over the seeds with a value, "[k of n]" when some have none; else why none has one."""
+    known = [v for v in values if isinstance(v, float)]
     if not known:
-        return "ended"
+        return " / ".join(sorted({str(v) if v is not None else "no value" for v in values}))
     text = f"{statistics.fmean(known):.3f}"
     if len(known) >= 2:
         text += f" ± {statistics.stdev(known):.3f}"
@@ -69,45 +79,42 @@ def main(argv=None) -> list[dict]:
         "--baseline", help="the arm whose mean training time the fractions refer to (default: first)"
     )
     ap.add_argument("--fractions", type=float, nargs="+", default=[0.25, 0.5, 0.75, 1.0])
-    ap.add_argument("--heldout", help="eval dataset (default: every one the runs log, averaged)")
-    ap.add_argument("--eval-window", type=int, default=3)
+    ap.add_argument("--heldout", help="eval dataset (default: the mean over those all runs share)")
+    ap.add_argument("--eval-window", type=int, default=3, help="running-median window over eval points, odd")
     args = ap.parse_args(argv)
-
-    arms: dict[str, list] = {}
-    for spec in args.arm:
-        name, sep, pattern = spec.partition("=")
-        paths = sorted(glob.glob(pattern))
-        if not sep or not name or not paths:
-            ap.error(f"--arm {spec!r}: expected NAME=GLOB matching at least one run directory")
-        arms[name] = [run_curve(p, args.heldout, args.eval_window) for p in paths]
-    baseline = args.baseline or next(iter(arms))
-    if baseline not in arms:
-        ap.error(f"--baseline {baseline!r} is not one of the arms {sorted(arms)}")
-    base_time = statistics.fmean(end for end, _ in arms[baseline])
-
+    try:
+        settings = Settings(eval_window=args.eval_window, heldout=args.heldout)
+        report = load_report([], args.arm, args.baseline, settings)
+    except (RunDirError, ValueError) as err:
+        ap.error(str(err))
+    base = report.baseline
+    base_time = statistics.fmean(s.train_time or 0.0 for s in base.members)
     times = [f * base_time for f in args.fractions]
-    header = ["arm", "seeds", "training time (s)", "final acc", f"{baseline} at that time"] + [
+    header = ["arm", "seeds", "training time (s)", "final acc", f"{base.name} at that time"] + [
         f"acc at {f:g} x ({t:.0f} s)" for f, t in zip(args.fractions, times)
     ]
     print(
-        f"held-out accuracy (running median of {args.eval_window}) at fractions of {baseline}'s "
-        f"mean training time {base_time:.1f} s; mean ± sd over seeds, [k of n] = seeds still running then"
+        f"held-out accuracy ({report.heldout}, running median of {args.eval_window}) at fractions of "
+        f"{base.name}'s mean training time {base_time:.1f} s; mean ± sd over seeds, [k of n] = seeds with "
+        f"a value then ('{ENDED}': after the run's last eval, '{NOT_YET}': before its first smoothed point)"
     )
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     rows = []
-    for name, runs in arms.items():
-        ends = [end for end, _ in runs]
-        cells = [[value_at(c[0], c[1], t) for _, c in runs] for t in times]
-        finals = [c[1][-1] for _, c in runs]
+    for arm in report.arms:
+        ends = [s.train_time or 0.0 for s in arm.members]
+        cells = [[reading_at(s.heldout, t) for s in arm.members] for t in times]
+        finals = [s.heldout.final if s.heldout else None for s in arm.members]
         # the baseline's seeds at this arm's mean training time: equal time, not equal steps
-        base_then = [value_at(c[0], c[1], statistics.fmean(ends)) for _, c in arms[baseline]]
-        rows.append({"arm": name, "end": ends, "final": finals, "baseline_then": base_then,
+        base_then = [reading_at(s.heldout, statistics.fmean(ends)) for s in base.members]
+        rows.append({"arm": arm.name, "end": ends, "final": finals, "baseline_then": base_then,
                      "at": dict(zip(args.fractions, cells))})  # fmt: skip
         end = f"{statistics.fmean(ends):.1f}" + (f" ± {statistics.stdev(ends):.1f}" if len(ends) > 1 else "")
-        then = "(baseline)" if name == baseline else fmt(base_then)
-        cols = [name, str(len(runs)), end, fmt(finals), then] + [fmt(c) for c in cells]
+        then = "(baseline)" if arm is base else fmt(base_then)
+        cols = [arm.name, str(arm.n), end, fmt(finals), then] + [fmt(c) for c in cells]
         print("| " + " | ".join(cols) + " |")
+    for warning in report.warnings:
+        print(f"warning: {warning}")
     return rows
 
 

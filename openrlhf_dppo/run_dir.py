@@ -108,6 +108,26 @@ def pass1_dataset(key: str) -> str | None:
     return None
 
 
+# ---- status.json keys the readers check ----------------------------------------------------------
+STATUS_STATE, STATUS_STEP, STATUS_MAX_STEPS = "state", "step", "max_steps"
+STATUS_REASON = "reason"  # why a run ended as it did (e.g. the prompts ran out before --dppo.max_steps)
+
+# ---- run_config.json: the machine a run ran on (timings from two machines do not compare) -----------
+MACHINE = "machine"  # {cpu_model, cpu_native_bf16, torch_cpu_capability, device, precision}
+MACHINE_CPU_MODEL = "cpu_model"
+MACHINE_CPU_NATIVE_BF16 = "cpu_native_bf16"
+MACHINE_TORCH_CPU_CAPABILITY = "torch_cpu_capability"
+MACHINE_DEVICE = "device"
+MACHINE_PRECISION = "precision"
+MACHINE_FIELDS = (
+    MACHINE_CPU_MODEL,
+    MACHINE_CPU_NATIVE_BF16,
+    MACHINE_TORCH_CPU_CAPABILITY,
+    MACHINE_DEVICE,
+    MACHINE_PRECISION,
+)
+
+
 # ---- reading ----------------------------------------------------------------------------------------
 def parse_metrics(text: str, name: str = METRICS, notes: list[str] | None = None) -> list[dict]:
     """The JSON objects of a metrics.jsonl text, in file order.

@@ -6,8 +6,11 @@
         --arm refill='runs/refill_s*' --arm grpo+df='runs/df_s*' --baseline grpo --out DIR
 
 Reads each run directory (``openrlhf_dppo.run_dir``), groups the runs into arms (``--arm NAME=GLOB``,
-or by config: runs that differ only in their seeds are one arm), prints the tables and, with ``--out
-DIR``, writes DIR/report.md and PNG plots. Globs are expanded here too, so they may be quoted. Needs
+or by config: runs that differ only in their seeds are one arm), prints the tables, the warnings of
+``report.checks`` (runs that stopped early or are partial, too few eval points for the smoothing
+window, eval datasets not all runs share, configs or precisions that make arms not comparable, other
+machines, curves at the target from their first point, speedups above the ideal) and the summary,
+and, with ``--out DIR``, writes DIR/report.md and PNG plots. Globs are expanded here too, so they may be quoted. Needs
 only the standard library, rich (tables) and matplotlib (plots): no torch, no OpenRLHF. Exit status: 0
 on success, 2 when a run directory cannot be read or the arguments are inconsistent (the message says why).
 """
@@ -19,7 +22,7 @@ import glob
 import sys
 from pathlib import Path
 
-from openrlhf_dppo.report import RunDirError, Settings, build_report, load_run
+from openrlhf_dppo.report import Report, RunDirError, Settings, build_report, load_run
 from openrlhf_dppo.report.run import run_names
 
 GLOB_CHARS = set("*?[")
@@ -105,7 +108,9 @@ def expand(pattern: str, flag: str) -> list[str]:
     return found
 
 
-def collect(args) -> tuple[list[str], dict[str, str], str | None]:
+def collect(
+    runs: list[str], arm_specs: list[str], baseline: str | None
+) -> tuple[list[str], dict[str, str], str | None]:
     """(run directories in order, {path: arm name} from --arm, the baseline for build_report)."""
     paths: list[str] = []
     arm_of: dict[str, str] = {}
@@ -114,8 +119,8 @@ def collect(args) -> tuple[list[str], dict[str, str], str | None]:
         if all(Path(path).resolve() != Path(p).resolve() for p in paths):
             paths.append(path)
 
-    baseline, arm_names = args.baseline, []
-    for spec in args.arm:
+    arm_names = []
+    for spec in arm_specs:
         name, sep, pattern = spec.partition("=")
         if not sep or not name or not pattern:
             raise ValueError(f"--arm expects NAME=GLOB, got {spec!r}")
@@ -133,12 +138,28 @@ def collect(args) -> tuple[list[str], dict[str, str], str | None]:
         for path in found:
             add(path)
         baseline = found[0] if found else baseline
-    for pattern in args.runs:
+    for pattern in runs:
         for path in expand(pattern, "run"):
             add(path)
     if not paths:
         raise ValueError("no run directories given")
     return paths, arm_of, baseline
+
+
+def load_report(runs: list[str], arm_specs: list[str], baseline: str | None, settings: Settings) -> Report:
+    """Read the run directories (paths or globs, and ``--arm NAME=GLOB`` specs) and build the report:
+    the one path from the command line to the numbers and their checks (``report.checks``), shared
+    with ``benchmarks/heldout_at_time.py``. Raises RunDirError or ValueError with the reason."""
+    paths, arm_of, baseline = collect(runs, arm_specs, baseline)
+    loaded = [load_run(path, name) for path, name in zip(paths, run_names(paths))]
+    arms = {
+        run.name: arm_of[str(Path(run.path).resolve())]
+        for run in loaded
+        if str(Path(run.path).resolve()) in arm_of
+    }
+    if baseline is not None and baseline in paths:
+        baseline = loaded[paths.index(baseline)].name
+    return build_report(loaded, settings, baseline=baseline, arms=arms)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,16 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             eval_window=args.eval_window,
             heldout=args.heldout,
         )
-        paths, arm_of, baseline = collect(args)
-        runs = [load_run(path, name) for path, name in zip(paths, run_names(paths))]
-        arms = {
-            run.name: arm_of[str(Path(run.path).resolve())]
-            for run in runs
-            if str(Path(run.path).resolve()) in arm_of
-        }
-        if baseline is not None and baseline in paths:
-            baseline = runs[paths.index(baseline)].name
-        report = build_report(runs, settings, baseline=baseline, arms=arms)
+        report = load_report(args.runs, args.arm, args.baseline, settings)
     except (RunDirError, ValueError) as err:
         print(f"openrlhf-dppo compare: error: {err}", file=sys.stderr)
         return 2

@@ -11,7 +11,10 @@ The baseline arm is the first one unless ``baseline`` names an arm or one of its
 Per arm: the mean and spread over seeds of the median step time, the final held-out accuracy and the
 training time to the target (``report.curves`` says how a noisy curve is handled); against the
 baseline: the step-time speedup, the matched-accuracy ratio (training time to the target / the
-baseline's), the ideal speedup of pruning, and whether a difference is within the seed spread.
+baseline's), the ideal speedup of pruning, and whether a difference is within the seed spread. What
+can make these numbers mislead (run state, eval points, datasets, configs, machines, curves that
+start at the target, speedups above the ideal) is checked by ``report.checks`` and reported as
+warnings.
 """
 
 from __future__ import annotations
@@ -20,13 +23,18 @@ import json
 import statistics
 from dataclasses import dataclass, field
 
+from openrlhf_dppo.report import checks as C
 from openrlhf_dppo.report import speedup as S
-from openrlhf_dppo.report.comparability import Difference, config_differences, flatten, is_run_specific
+from openrlhf_dppo.report.comparability import (
+    SEED_KEYS,
+    Difference,
+    arm_differences,
+    flatten,
+    is_run_specific,
+)
 from openrlhf_dppo.report.curves import Curve, Spread, mean_curve, within_spread
 from openrlhf_dppo.report.run import Run
 from openrlhf_dppo.report.summary import RunSummary, Settings, heldout_curve, summarize, train_clock
-
-SEED_KEYS = ("train.seed", "dppo.seed")
 
 
 @dataclass
@@ -41,6 +49,16 @@ class Arm:
     @property
     def n(self) -> int:
         return len(self.members)
+
+    @property
+    def measured(self) -> bool:
+        """Does the arm have a smoothed held-out value (a final accuracy) to compare?"""
+        return self.curve is not None and self.curve.final is not None
+
+    @property
+    def stopped_early(self) -> list[str]:
+        """Its runs that finished before the step count they were set to (``report.checks``)."""
+        return [s.run.name for s in self.members if C.stopped_early(s.run)]
 
     @property
     def seeds(self) -> list:
@@ -165,45 +183,12 @@ def group_runs(runs: list[Run], explicit: dict[str, str] | None = None) -> list[
     return [(n if names.count(n) == 1 else f"{n} #{i + 1}", m) for i, (n, m) in enumerate(groups)]
 
 
-def choose_heldout(summaries: list[RunSummary], wanted: str | None) -> tuple[list[str], list[str]]:
-    """(the held-out datasets to use, warnings): ``wanted``, or every dataset all evaluated runs share."""
-    per_run = {s.run.name: set(s.run.eval_curves()) for s in summaries}
-    evaluated = {n: d for n, d in per_run.items() if d}
-    if not evaluated:
-        if wanted is not None:
-            raise ValueError(f"--heldout {wanted!r}: no run has in-training eval lines")
-        return [], []
-    common = sorted(set.intersection(*evaluated.values()))
-    if wanted is not None:
-        missing = [n for n, d in evaluated.items() if wanted not in d]
-        if missing:
-            found = sorted(set.union(*evaluated.values()))
-            raise ValueError(
-                f"--heldout {wanted!r}: not evaluated by {', '.join(missing)} (found: {', '.join(found)})"
-            )
-        return [wanted], []
-    warnings = []
-    if len(evaluated) < len(per_run):
-        warnings.append("no held-out eval in " + ", ".join(n for n in per_run if n not in evaluated))
-    if not common:
-        warnings.append("the runs share no eval dataset: no held-out comparison (pick one with --heldout)")
-    return common, warnings
-
-
 def _arm(name: str, members: list[RunSummary], datasets: list[str], window: int) -> Arm:
     for s in members:
         s.arm = name
         s.heldout = heldout_curve(s.run, datasets, train_clock(s.run)[0], window) if datasets else None
     curve, seed_curves = mean_curve([s.heldout for s in members if s.heldout is not None])
     return Arm(name, members, curve, seed_curves)
-
-
-def _config_diffs(base: Arm, other: Arm) -> list[Difference]:
-    return [
-        d
-        for d in config_differences(base.members[0].run.config, other.members[0].run.config)
-        if d.key not in SEED_KEYS
-    ]
 
 
 def compare_arms(base: Arm, other: Arm) -> Comparison:
@@ -220,16 +205,14 @@ def compare_arms(base: Arm, other: Arm) -> Comparison:
         ttt_ratios=Spread.of(
             S.ratio_or_none(t, base.ttt) if base.ttt else None for t in other.ttt_seeds.values
         ),
-        final_delta=None
-        if not (base.seed_curves and other.seed_curves)
-        else other.final.mean - base.final.mean,
+        final_delta=other.final.mean - base.final.mean if base.measured and other.measured else None,
         final_within_spread=within_spread(base.final, other.final),
         ttt_within_spread=within_spread(base.ttt_seeds, other.ttt_seeds),
         f=f,
         r_q=r_q,
         r_o=r_o,
         ideal_ratio=S.ideal_step_ratio(clamp(f), clamp(r_q), clamp(r_o)) if f is not None else None,
-        differences=_config_diffs(base, other),
+        differences=arm_differences(base.members[0].run.config, other.members[0].run.config),
     )
 
 
@@ -237,13 +220,13 @@ def _targets(report_arms: list[Arm], settings: Settings) -> tuple[float | None, 
     base = report_arms[0]
     if settings.target is not None:
         target, source = settings.target, "--target"
-    elif base.curve is not None:
+    elif base.measured:
         target, source = (
             base.curve.final,
             f"final held-out accuracy of the baseline {base.name} (mean over {len(base.seed_curves)} seed(s))",
         )
     else:
-        target, source = None, "none (the baseline has no held-out eval)"
+        target, source = None, "none (the baseline has no smoothed held-out value)"
     rewards = [s.final_reward for s in base.members if s.final_reward is not None]
     if settings.target_reward is not None:
         reward_target, reward_source = settings.target_reward, "--target-reward"
@@ -253,27 +236,6 @@ def _targets(report_arms: list[Arm], settings: Settings) -> tuple[float | None, 
     else:
         reward_target, reward_source = None, "none (the baseline logged no training reward)"
     return target, source, reward_target, reward_source
-
-
-def _run_warnings(s: RunSummary, settings: Settings) -> list[str]:
-    run, out = s.run, []
-    if run.in_progress:
-        out.append(f"{run.name} is {run.describe_state()}: its numbers are partial")
-    elif run.state != "finished":
-        out.append(f"{run.name} ended with state '{run.state}': its numbers are partial")
-    if not run.train:
-        out.append(f"{run.name} has no training steps in metrics.jsonl yet")
-    elif s.steps <= settings.warmup:
-        out.append(
-            f"{run.name} has {s.steps} step(s), not more than --warmup {settings.warmup}: "
-            "its medians include the warm-up steps"
-        )
-    if s.heldout is not None and len(s.heldout.steps) < settings.eval_window:
-        out.append(
-            f"{run.name} has {len(s.heldout.steps)} eval point(s), fewer than --eval-window "
-            f"{settings.eval_window}: its held-out curve is not smoothed, one noisy point moves it"
-        )
-    return out + [f"{run.name}: {note}" for note in run.notes + s.clock_notes]
 
 
 def build_report(
@@ -297,13 +259,12 @@ def build_report(
             )
         groups = [match[0]] + [g for g in groups if g is not match[0]]
     summaries = {r.name: summarize(r, settings) for r in runs}
-    datasets, warnings = choose_heldout(list(summaries.values()), settings.heldout)
+    datasets, warnings = C.choose_heldout(list(summaries.values()), settings.heldout)
     arm_list = [
         _arm(name, [summaries[r.name] for r in members], datasets, settings.eval_window)
         for name, members in groups
     ]
     target, source, reward_target, reward_source = _targets(arm_list, settings)
-    at_once: list[str] = []  # runs at the reward target from their first step
     for arm in arm_list:
         if target is not None and arm.curve is not None:
             arm.ttt = arm.curve.time_to(target)
@@ -311,68 +272,13 @@ def build_report(
         for s in arm.members:
             if reward_target is not None and s.reward_smoothed:
                 s.time_to_target = S.time_to_target(s.reward_times, s.reward_smoothed, reward_target)
-                if s.time_to_target is not None and s.time_to_target == s.reward_times[0]:
-                    at_once.append(s.run.name)
-            warnings.extend(_run_warnings(s, settings))
-        if arm.curve is not None and len(arm.seed_curves) < arm.n:
-            warnings.append(
-                f"arm {arm.name}: {arm.n - len(arm.seed_curves)} of {arm.n} seed(s) have no held-out eval"
-            )
-        if arm.curve is not None and any(
-            len(c.steps) < len(s.heldout.steps) for c, s in zip(arm.seed_curves, arm.members)
-        ):
-            warnings.append(
-                f"arm {arm.name}: its seeds evaluated at different steps; the mean curve uses the {len(arm.curve.steps)} steps they share"
-            )
-        for s in arm.members[1:]:
-            diffs = _config_diffs(arm, Arm(arm.name, [s]))
-            if diffs:
-                warnings.append(
-                    f"arm {arm.name}: {s.run.name} differs from {arm.members[0].run.name} in "
-                    + ", ".join(d.key for d in diffs)
-                )
-    if at_once:
-        who = at_once[0] + " is" if len(at_once) == 1 else ", ".join(at_once) + " are"
-        warnings.append(
-            f"{who} at the target reward {reward_target:.4f} from the first step: the reward time to target "
-            "is one step, not learning (raise --target-reward)"
-        )
     base = arm_list[0]
-    if target is not None and base.ttt == 0.0:
-        warnings.append(
-            f"the baseline {base.name} is at the held-out target {target:.4f} at its first evaluation: "
-            "time to target measures nothing (raise --target)"
-        )
-    if base.members[0].run.algo != "grpo":
-        warnings.append(f"the baseline {base.name} is a {base.members[0].run.algo} run, not GRPO")
-    keys = {s.reward_key for s in summaries.values() if s.reward_raw}
-    if len(keys) > 1:
-        warnings.append(
-            "training rewards: some runs log rollout/reward_ht and some only rollout/reward_mean; a pruning run's "
-            "reward_mean is tilted towards the prompts it kept, so those curves are not the same quantity"
-        )
     comparisons = [compare_arms(base, arm) for arm in arm_list[1:]]
-    for c in comparisons:
-        breaking = [d for d in c.differences if d.breaks_comparison]
-        packing = [d.key for d in c.differences if not d.breaks_comparison]
-        if breaking:
-            keys = ", ".join(f"{d.key} ({d.category})" for d in breaking)
-            warnings.append(f"{c.other.name} is not comparable with {base.name}: differs in {keys}")
-        if packing:
-            warnings.append(
-                f"{c.other.name} and {base.name} differ in the packing args DPPO turns on ({', '.join(packing)}): "
-                "the speedup includes packing gains; run the GRPO baseline with --train.dynamic_batch_enable "
-                "to measure pruning alone"
-            )
-    evaluated = {s.run.name: s.run.eval_results for s in summaries.values() if s.run.eval_results}
-    if len({(r.get("k"), tuple(sorted(r.get("benchmarks") or {}))) for r in evaluated.values()}) > 1:
-        sets = "; ".join(
-            f"{n}: k={r.get('k')}, {sorted(r.get('benchmarks') or {})}" for n, r in evaluated.items()
-        )
-        warnings.append(f"the eval_results.json files differ in k or benchmarks ({sets})")
+    warnings += C.report_warnings(arm_list, comparisons, settings, target, reward_target)
     label = (
         None if not datasets else (datasets[0] if len(datasets) == 1 else "mean of " + ", ".join(datasets))
     )
+    warnings = C.baseline_warnings(base) + warnings  # first: a short baseline moves every figure
     return Report(
         settings, arm_list, comparisons, warnings, target, source, label, reward_target, reward_source
     )

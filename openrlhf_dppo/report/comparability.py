@@ -6,6 +6,12 @@ ones that must differ between two runs (output / checkpoint / run directories, l
 differing keys are grouped under the headings a reader checks first: model, data, group size, seeds,
 hardware; everything else is listed under "other OpenRLHF args". Between a DPPO and a GRPO run, the
 packing args that the DPPO trainer turns on itself are listed apart and do not break comparability.
+
+The machine (run_config.json's ``machine``, ``openrlhf_dppo.run_dir.MACHINE``) is compared too: a
+different precision breaks comparability (bf16 and fp32 neither learn nor run alike); a different CPU
+model, bf16 support, torch CPU capability or device does not, but every time and speedup then mixes
+two machines, and the report says so. Runs that do not record the machine are reported by
+``report.checks``.
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from openrlhf_dppo import run_dir as R
+
+SEED_KEYS = ("train.seed", "dppo.seed")  # what tells the seeds of one arm apart
 # keys that differ between any two runs by construction
 IGNORED_KEYS = frozenset({"ckpt.output_dir", "ckpt.path", "local_rank"})
 IGNORED_PREFIXES = ("dppo.", "logger.")
@@ -36,21 +45,24 @@ SET_BY_DPPO = frozenset(
     }
 )
 SET_BY_DPPO_CATEGORY = "packing (set by DPPO)"
+PRECISION_CATEGORY = "precision"  # machine.precision: breaks comparability
+MACHINE_CATEGORY = "machine"  # the other machine fields: times come from two machines
+NOT_BREAKING = frozenset({SET_BY_DPPO_CATEGORY, MACHINE_CATEGORY})
 
 
 @dataclass(frozen=True)
 class Difference:
-    category: (
-        str  # model | data | group size | seeds | hardware | other OpenRLHF args | packing (set by DPPO)
-    )
+    category: str  # model | data | group size | seeds | hardware | precision | other OpenRLHF args | packing
+    # (set by DPPO) | machine
     key: str
     baseline: Any
     other: Any
 
     @property
     def breaks_comparison(self) -> bool:
-        """False only for the packing args DPPO sets itself (reported, but they are part of DPPO)."""
-        return self.category != SET_BY_DPPO_CATEGORY
+        """False only for the packing args DPPO sets itself (reported, but they are part of DPPO) and
+        for machine fields other than the precision (reported: the times come from two machines)."""
+        return self.category not in NOT_BREAKING
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -100,5 +112,36 @@ def config_differences(baseline: dict[str, Any], other: dict[str, Any]) -> list[
     for key in HARDWARE_KEYS:
         if ha.get(key) != hb.get(key):
             diffs.append(Difference("hardware", f"hardware.{key}", ha.get(key), hb.get(key)))
-    order = [*CATEGORIES, "hardware", "other OpenRLHF args", SET_BY_DPPO_CATEGORY]
+    diffs += machine_differences(baseline, other)
+    order = [*CATEGORIES, "hardware", PRECISION_CATEGORY, "other OpenRLHF args", SET_BY_DPPO_CATEGORY]
+    order.append(MACHINE_CATEGORY)
     return sorted(diffs, key=lambda d: (order.index(d.category), d.key))
+
+
+def arm_differences(baseline: dict[str, Any], other: dict[str, Any]) -> list[Difference]:
+    """:func:`config_differences` without the seeds: what two arms (or two seeds of one arm) should
+    not differ in."""
+    return [d for d in config_differences(baseline, other) if d.key not in SEED_KEYS]
+
+
+def machine_of(config: dict[str, Any]) -> dict[str, Any] | None:
+    """run_config.json's machine record; None when the run did not record it."""
+    machine = config.get(R.MACHINE)
+    return machine if isinstance(machine, dict) else None
+
+
+def machine_differences(baseline: dict[str, Any], other: dict[str, Any]) -> list[Difference]:
+    """The machine fields two run configs differ in ([] when either did not record its machine)."""
+    a, b = machine_of(baseline), machine_of(other)
+    if a is None or b is None:
+        return []
+    return [
+        Difference(
+            PRECISION_CATEGORY if key == R.MACHINE_PRECISION else MACHINE_CATEGORY,
+            f"{R.MACHINE}.{key}",
+            a.get(key, "<absent>"),
+            b.get(key, "<absent>"),
+        )
+        for key in R.MACHINE_FIELDS
+        if a.get(key, "<absent>") != b.get(key, "<absent>")
+    ]

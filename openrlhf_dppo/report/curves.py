@@ -3,20 +3,29 @@
 The rules (METHOD.md "Measuring the promise: time to accuracy"), plain floats in and out:
 
 1. **Smoothing.** A run's eval curve (points (t_i, p_i): training time, ``eval_<dataset>_pass1``) is
-   replaced by its running median over ``window`` (odd, default 3) neighbouring points; the window is
-   centred and, at the two ends, moved inwards so that it always holds ``window`` points. A smoothed
-   value is never above the second largest of three neighbouring measurements, so a single outlier
-   can neither put the curve over a target nor set its final value. With fewer points than the
-   window there is no smoothing (the report warns).
-2. **Final accuracy** of a run = its smoothed value at the last eval point (window 3: the median of
-   the last three evaluations).
+   replaced by its running median over ``window`` (odd, default 3) neighbouring points. The window is
+   centred, so a smoothed value looks at most ``window // 2`` points ahead, and never further: where
+   a centred window would reach before the first point (the first ``window // 2`` points) there is
+   **no smoothed value**, since a window moved inwards there would let the first point show an
+   accuracy measured two or more evals later. At the end the window is the last ``window`` points:
+   it looks back only, which can delay a crossing, never advance it. A smoothed value is never above
+   the second largest of three neighbouring measurements, so a single outlier can neither put the
+   curve over a target nor set its final value. With fewer points than the window a run has no
+   smoothed value at all (the report warns; ``--eval-window 1`` reads the raw points).
+2. **Final accuracy** of a run = its smoothed value at the last eval point: the median of its last
+   ``window`` evaluations (window 3 with evals at steps 10, 20, 30: the median of those three, which on
+   a rising curve is the reading of step 20). The report names those steps and prints the last raw
+   reading beside it.
 3. **Time to target** = the first training time at which the smoothed curve reaches the target,
    linearly interpolated between the eval point below the target and the first one at or above it
-   (so that the answer does not snap to the eval schedule); None ("censored") when it never does.
+   (so that the answer does not snap to the eval schedule); None ("censored") when it never does. A
+   curve already at the target at its first smoothed point has no crossing to measure: its time to
+   target is at most that point's time, and the report says so for every arm.
 4. **An arm** (several seeds of one configuration) is summarised by its mean curve: at each eval
-   step that all its seeds evaluated, the mean of the seeds' smoothed values, at the mean of their
-   training times. Its final accuracy is the mean curve's last value (= the mean of the seeds' final
-   accuracies) and its time to target the mean curve's crossing; the seeds' own values give the spread.
+   step that all its seeds evaluated, the mean of the seeds' smoothed values (none where a seed has
+   none), at the mean of their training times. Its final accuracy is the mean curve's last value
+   (= the mean of the seeds' final accuracies) and its time to target the mean curve's crossing; the
+   seeds' own values give the spread.
 5. **Noise of one eval point**: the binomial standard error sqrt(p (1 - p) / n), n = eval prompts x
    samples per prompt (samples of one prompt are taken as independent: a lower bound when they agree).
 """
@@ -29,29 +38,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-def running_median(values: Sequence[float], window: int = 3) -> list[float]:
-    """Median of ``window`` neighbouring values at each index (window moved inwards at the ends);
-    the values unchanged when there are fewer than ``window`` of them."""
+def running_median(values: Sequence[float], window: int = 3) -> list[float | None]:
+    """Median of the ``window`` values centred on each index; at the end the last ``window`` values
+    (a window that looks back only); None where a centred window would start before the first value,
+    and everywhere when there are fewer than ``window`` values (module docstring, rule 1)."""
     if window < 1 or window % 2 == 0:
         raise ValueError(f"the eval smoothing window must be an odd number >= 1, got {window}")
-    n = len(values)
-    if n < window:
-        return [float(v) for v in values]
-    half = window // 2
-    out = []
+    n, half = len(values), window // 2
+    out: list[float | None] = []
     for i in range(n):
-        lo = min(max(i - half, 0), n - window)
-        out.append(float(statistics.median(values[lo : lo + window])))
+        lo = min(i - half, n - window)  # moved back at the end, never forward at the start
+        out.append(None if i < half or lo < 0 else float(statistics.median(values[lo : lo + window])))
     return out
 
 
-def crossing_time(times: Sequence[float], values: Sequence[float], target: float) -> float | None:
-    """First time the piecewise-linear curve through (times, values) reaches ``target``; None if never."""
-    for i, (t, v) in enumerate(zip(times, values, strict=True)):
+def crossing_time(times: Sequence[float], values: Sequence[float | None], target: float) -> float | None:
+    """First time the piecewise-linear curve through (times, values) reaches ``target``; None if never.
+    Points without a value (None: no smoothed value yet) are skipped; the first point with a value
+    that is at or above the target gives its own time (nothing before it to interpolate from)."""
+    points = [(t, v) for t, v in zip(times, values, strict=True) if v is not None]
+    for i, (t, v) in enumerate(points):
         if v >= target:
             if i == 0:
                 return float(t)
-            t0, v0 = times[i - 1], values[i - 1]
+            t0, v0 = points[i - 1]
             return float(t0 + (target - v0) / (v - v0) * (t - t0))  # v0 < target <= v
     return None
 
@@ -117,21 +127,39 @@ def within_spread(a: Spread, b: Spread) -> bool | None:
 
 @dataclass
 class Curve:
-    """A held-out accuracy curve: per eval point the step, the training time and the accuracy."""
+    """A held-out accuracy curve: per eval point the step, the training time, the accuracy and its
+    smoothed value (None where the window does not fit: the first ``window // 2`` points)."""
 
     label: str  # the dataset, or "mean of a, b" over several
     steps: list[int]
     times: list[float]
     raw: list[float]
-    smoothed: list[float]
+    smoothed: list[float | None]
     n_samples: float | None = None  # eval prompts x samples behind one point (None: unknown)
+    window: int = 1  # the running-median window behind ``smoothed``
 
     @property
     def final(self) -> float | None:
+        """The smoothed value at the last eval point (None: fewer points than the window)."""
         return self.smoothed[-1] if self.smoothed else None
+
+    @property
+    def final_steps(self) -> list[int]:
+        """The eval steps whose median is the final value (the last ``window`` ones)."""
+        return self.steps[-self.window :] if self.final is not None else []
+
+    @property
+    def first_smoothed(self) -> int | None:
+        """Index of the first point with a smoothed value; None when there is none."""
+        return next((i for i, v in enumerate(self.smoothed) if v is not None), None)
 
     def time_to(self, target: float) -> float | None:
         return crossing_time(self.times, self.smoothed, target)
+
+    def at_target_from_start(self, target: float) -> bool:
+        """Is the first smoothed value already at or above ``target`` (no crossing to measure)?"""
+        first = next((v for v in self.smoothed if v is not None), None)
+        return first is not None and first >= target
 
     def se(self, p: float | None = None) -> float | None:
         """Standard error of one eval point at accuracy ``p`` (default: the final accuracy)."""
@@ -149,11 +177,18 @@ class Curve:
             [self.raw[i] for i in pick],
             [self.smoothed[i] for i in pick],
             self.n_samples,
+            self.window,
         )
 
 
+def _mean_or_none(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if len(known) == len(values) else None
+
+
 def mean_curve(curves: Sequence[Curve]) -> tuple[Curve | None, list[Curve]]:
-    """(the mean over seeds at the eval steps every seed has, each seed cut to those steps)."""
+    """(the mean over seeds at the eval steps every seed has, each seed cut to those steps); a step
+    where some seed has no smoothed value has no smoothed mean."""
     if not curves:
         return None, []
     common = sorted(set.intersection(*(set(c.steps) for c in curves)))
@@ -165,7 +200,8 @@ def mean_curve(curves: Sequence[Curve]) -> tuple[Curve | None, list[Curve]]:
         common,
         [statistics.fmean(c.times[i] for c in cut) for i in range(len(common))],
         [statistics.fmean(c.raw[i] for c in cut) for i in range(len(common))],
-        [statistics.fmean(c.smoothed[i] for c in cut) for i in range(len(common))],
+        [_mean_or_none([c.smoothed[i] for c in cut]) for i in range(len(common))],
         cut[0].n_samples,
+        cut[0].window,
     )
     return mean, cut

@@ -3,7 +3,8 @@
 They lead with held-out accuracy on the training-time axis and say how large the noise is: the seed
 spread where an arm has several seeds (a difference within it is called so), the standard error of one
 eval point otherwise. Start-up never enters them (it is in no time axis), and a single eval point
-cannot make them (``report.curves``).
+cannot make them (``report.curves``). The final accuracy names the eval steps its median spans and
+the last readings beside it; what the warnings say against a figure is marked in the sentence.
 """
 
 from __future__ import annotations
@@ -38,7 +39,20 @@ def _accuracy(c: Comparison) -> str:
         # no seed spread: the eval noise is all we can compare the difference with
         se = math.sqrt(se_b**2 + se_o**2)
         text += f", the difference is {'within' if abs(c.final_delta) <= 2 * se else 'beyond'} twice its SE {se:.4f}"
-    return text + ")"
+    return text + "; " + _final_span(b, o) + ")"
+
+
+def _span(arm: Arm) -> str:
+    steps = arm.curve.final_steps
+    return str(steps[0]) if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
+
+
+def _final_span(b: Arm, o: Arm) -> str:
+    """Which evals the finals are the median of, and the last readings (on a rising curve the
+    median of the last three evals trails the last one)."""
+    steps = _span(o) if _span(o) == _span(b) else f"{_span(o)} vs {_span(b)}"
+    what = "the eval at step" if o.curve.window == 1 else "the median of the evals at steps"
+    return f"each {what} {steps}, last eval {o.curve.raw[-1]:.4f} vs {b.curve.raw[-1]:.4f}"
 
 
 def _time_to_target(report: Report, c: Comparison) -> str:
@@ -46,14 +60,20 @@ def _time_to_target(report: Report, c: Comparison) -> str:
     target = f"{report.target:.4f}"
     if b.ttt is None:
         return f"the baseline's mean curve never reaches the target {target}"
-    if b.ttt == 0.0:
-        return f"the target {target} is met at the first evaluation: no time to accuracy"
+    if b.curve.at_target_from_start(report.target):
+        return (
+            f"the baseline is at the target {target} from its first smoothed eval point: no time to accuracy"
+        )
     reached = f"{o.ttt_seeds.k} of {o.ttt_seeds.n} seed{'s' if o.ttt_seeds.n != 1 else ''} reached it"
     if o.ttt is None:
         longest = max((s.train_time or 0.0) for s in o.members)
         return f"did not reach the held-out target {target} in {longest:.1f} s of training ({reached})"
-    text = f"reached the held-out target {target} in {o.ttt:.1f} s of training vs {b.ttt:.1f} s: matched-accuracy "
-    text += f"ratio {c.ttt_ratio:.2f}"
+    if o.curve.at_target_from_start(report.target):  # no crossing measured: bounds only
+        text = f"was at the held-out target {target} from its first smoothed eval point ({o.ttt:.1f} s of training, "
+        text += f"vs {b.ttt:.1f} s): matched-accuracy ratio at most {c.ttt_ratio:.2f}"
+    else:
+        text = f"reached the held-out target {target} in {o.ttt:.1f} s of training vs {b.ttt:.1f} s: "
+        text += f"matched-accuracy ratio {c.ttt_ratio:.2f}"
     if c.ttt_ratios.k > 1:
         text += f" (seeds {c.ttt_ratios.lo:.2f}–{c.ttt_ratios.hi:.2f})"
     text += f", {reached}; " + _noise(c.ttt_within_spread, b, o, "time to target")
@@ -65,21 +85,26 @@ def headline(report: Report) -> list[str]:
     out = []
     for c in report.comparisons:
         parts = [f"{_seeds(c.other)} vs {_seeds(c.baseline)}:"]
-        if c.baseline.seed_curves and c.other.seed_curves:
+        if c.baseline.measured and c.other.measured:
             parts.append(_accuracy(c) + ";")
             if report.target is not None:
                 parts.append(_time_to_target(report, c) + ";")
         else:
-            missing = " and ".join(a.name for a in (c.other, c.baseline) if not a.seed_curves)
-            parts.append(f"no held-out eval in {missing}: time to accuracy not measured;")
+            missing = " and ".join(a.name for a in (c.other, c.baseline) if not a.measured)
+            parts.append(f"no smoothed held-out value in {missing}: time to accuracy not measured;")
         if c.step_speedup is not None:
             step = f"{c.step_speedup:.2f}x step-time speedup"
             if c.step_efficiency is not None:
-                step += f" ({c.step_efficiency:.0%} of the ideal {c.ideal_speedup:.2f}x)"
+                above = ": above it, see warnings" if c.step_efficiency > 1.0 else ""
+                step += f" ({c.step_efficiency:.0%} of the ideal {c.ideal_speedup:.2f}x{above})"
             parts.append(step)
         else:
             parts.append("no step-time speedup (too few steps)")
         if not c.comparable:
             parts.append("[configs differ: see warnings]")
+        if c.baseline.stopped_early:
+            parts.append("[the baseline stopped early, which lowers the target: see warnings]")
+        if c.other.stopped_early:
+            parts.append("[stopped early: see warnings]")
         out.append(" ".join(parts).rstrip(";"))
     return out

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -54,8 +55,9 @@ def _heldout(report: Report) -> Figure | None:
                 by_step.plot(s.heldout.steps, s.heldout.raw, color=color, alpha=0.35, lw=0.8, marker=".")
         if arm.curve is not None:
             label = f"{arm.name} (mean of {len(arm.seed_curves)})"
-            by_time.plot(arm.curve.times, arm.curve.smoothed, color=color, lw=2.5, label=label)
-            by_step.plot(arm.curve.steps, arm.curve.smoothed, color=color, lw=2.5, label=label)
+            smoothed = [math.nan if v is None else v for v in arm.curve.smoothed]  # no value: a gap
+            by_time.plot(arm.curve.times, smoothed, color=color, lw=2.5, label=label)
+            by_step.plot(arm.curve.steps, smoothed, color=color, lw=2.5, label=label)
         if arm.ttt is not None:
             by_time.axvline(arm.ttt, color=color, ls=":", lw=1)
     for ax, xlabel in ((by_time, "training time (s, start-up and eval excluded)"), (by_step, "step")):

@@ -20,14 +20,18 @@ METHOD_NOTES = """\
   to the first step) and evaluation (`timing/eval`) are reported on their own and are in no time axis,
   so a start-up difference cannot make a speedup.
 - **Held-out accuracy** is `eval_<dataset>_pass1` ({heldout}) on the eval prompts. Each run's curve is
-  replaced by its running median over {window} neighbouring eval points (window moved inwards at the
-  ends): a single noisy evaluation can neither lift the curve over the target nor set the final value.
-  **Final accuracy** = the smoothed value at the last eval point. The SE of one eval point is
+  replaced by its running median over {window} neighbouring eval points, centred; where a centred window
+  would start before the first point there is no smoothed value (a window moved forward would let the
+  first point show later evals), and at the end the window is the last {window} points (it looks back
+  only). A single noisy evaluation can neither lift the curve over the target nor set the final value.
+  **Final accuracy** = the smoothed value at the last eval point: the median of the last {window} evals
+  (their steps and the last reading are in the summary). The SE of one eval point is
   sqrt(p (1 - p) / n), n = eval prompts x samples (per prompt at temperature 0).
 - **Time to target** = the first training time at which the smoothed curve reaches the target,
   interpolated linearly between eval points; per arm on the mean curve over seeds (mean accuracy and
   mean training time at each eval step all seeds share); a seed that never reaches it is counted
-  ("k of n"), never dropped. Target: {target} ({target_source}).
+  ("k of n"), never dropped; a curve at the target from its first smoothed point has no crossing, only
+  a bound (warned for every arm). Target: {target} ({target_source}).
 - **Matched-accuracy ratio** = an arm's training time to the target / the baseline's (below 1: faster).
 - **Step-time speedup** = mean over the baseline's seeds of the median `timing/step_total` / the same
   for the arm (medians over the steps after the first {warmup} warm-up step(s)).

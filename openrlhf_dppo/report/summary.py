@@ -159,7 +159,9 @@ def heldout_curve(run: Run, datasets: list[str], clock: dict[int, float], window
     if not steps:
         return None
     label = datasets[0] if len(datasets) == 1 else "mean of " + ", ".join(datasets)
-    return Curve(label, steps, times, raw, running_median(raw, window), _eval_n(run, datasets, counts))
+    return Curve(
+        label, steps, times, raw, running_median(raw, window), _eval_n(run, datasets, counts), window
+    )
 
 
 def _eval_n(run: Run, datasets: list[str], counts: list[float | None]) -> float | None:

@@ -75,6 +75,8 @@ def heldout_table(report: Report) -> Table | None:
         ttt = fmt(arm.ttt, ".1f") if arm.curve is not None else NA
         if arm.curve is not None and arm.ttt is None and report.target is not None:
             ttt = "not reached"
+        elif arm.ttt is not None and arm.curve.at_target_from_start(report.target):
+            ttt = f"<= {arm.ttt:.1f} (at its first smoothed point)"
         se = arm.curve.se() if arm.curve is not None else None
         delta, ttt_noise = "baseline", "baseline"
         if c is not None:
@@ -203,7 +205,8 @@ def eval_rows(report: Report) -> Table | None:
 
 
 def training_eval_rows(report: Report) -> Table | None:
-    """Per run: the held-out curve's last eval point, its smoothed final value and the point's SE."""
+    """Per run: the held-out curve's last eval point, its smoothed final value (the median of the
+    last ``window`` evals, whose steps are named) and the point's SE."""
     runs = [s for s in report.summaries if s.heldout is not None]
     if not runs:
         return None
@@ -212,17 +215,19 @@ def training_eval_rows(report: Report) -> Table | None:
         "eval points",
         "last eval (step)",
         "final (smoothed)",
+        "final = median of steps",
         "SE of one eval",
         "training time (s)",
     ]
     rows = [
         [s.run.name, str(len(s.heldout.steps)), f"{s.heldout.raw[-1]:.4f} ({s.heldout.steps[-1]})"]
-        + [f"{s.heldout.final:.4f}", fmt(s.heldout.se(), ".4f"), f"{s.heldout.times[-1]:.1f}"]
+        + [fmt(s.heldout.final, ".4f"), ", ".join(map(str, s.heldout.final_steps)) or NA]
+        + [fmt(s.heldout.se(), ".4f"), f"{s.heldout.times[-1]:.1f}"]
         for s in runs
     ]
     window = report.settings.eval_window
     return (
-        f"Held-out curve per run ({report.heldout}; final = running median of {window} eval points)",
+        f"Held-out curve per run ({report.heldout}; final = median of the last {window} eval points)",
         headers,
         rows,
     )

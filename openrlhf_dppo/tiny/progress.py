@@ -111,9 +111,8 @@ def print_summary(run_dirs: list[str]) -> object | None:
         print(f"{s.run.name} ({report.heldout}, step:pass@1±SE, n = {n} per point): {points}")
     for line in headline(report):
         print(line)
-    for warning in report.warnings:
-        if "not comparable" in warning or "packing" in warning or "eval point(s)" in warning:
-            print(f"note: {warning}")
+    for warning in report.warnings:  # all of them: any may bear on the lines above
+        print(f"note: {warning}")
 
     print("\n== time (training time = sum of step times; start-up and eval apart) and tokens ==")
     head = (

@@ -1,8 +1,9 @@
 """Held-out accuracy against training time, over seeds: the numbers the compare headline is made of.
 
 Every run below is built by ``curve_run`` (conftest.py): constant step time T, held-out evaluations at
-steps 0, 2, 4, 6, 8 (training time 0, 2T, 4T, 6T, 8T), running median over 3 eval points with the
-window moved inwards at the ends. Accuracies are multiples of 1/8, so the medians are exact.
+steps 0, 2, 4, 6, 8 (training time 0, 2T, 4T, 6T, 8T), running median over 3 eval points, centred: no
+smoothed value at step 0 (a window moved forward there would look two evals ahead), the last 3 points
+at step 8. Accuracies are multiples of 1/8, so the medians are exact.
 """
 
 from __future__ import annotations
@@ -45,15 +46,22 @@ def seeds(tmp_path, rundirs):
 
 
 def test_pure_curve_rules():
-    # window 3, moved inwards at the ends: i0 and i1 use points 0-2, i4 uses 2-4
-    assert running_median([0.25, 0.375, 1.0, 0.5, 0.0], 3) == [0.375, 0.375, 0.5, 0.5, 0.5]
-    assert running_median([0.1, 0.9], 3) == [0.1, 0.9]  # fewer points than the window: unchanged
+    # window 3, centred: i0 has no value (the old rule gave it the median of points 0-2, .375, looking
+    # two evals ahead); i1 uses 0-2; at the end the window looks back: i4 uses 2-4
+    assert running_median([0.25, 0.375, 1.0, 0.5, 0.0], 3) == [None, 0.375, 0.5, 0.5, 0.5]
+    assert running_median([0.1, 0.9], 3) == [None, None]  # fewer points than the window: no value
+    # window 5 over 1..6: i0, i1 none; i2 = med(1..5) = 3; i3 = med(2..6) = 4; i4, i5 look back: med(2..6)
+    assert running_median([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 5) == [None, None, 3.0, 4.0, 4.0, 4.0]
+    assert running_median([0.3, 0.1], 1) == [0.3, 0.1]  # window 1: the raw points
     with pytest.raises(ValueError, match="odd number"):
         running_median([0.1], 2)
     # (0, .25) -> (8, .75): .5 is reached half-way, at 4; a target met at the first point: its time
     assert crossing_time([0.0, 8.0], [0.25, 0.75], 0.5) == 4.0
     assert crossing_time([3.0, 8.0], [0.5, 0.75], 0.5) == 3.0
     assert crossing_time([0.0, 8.0], [0.25, 0.4], 0.5) is None
+    # points without a smoothed value are skipped: (4, .25) -> (8, .75) crosses .5 at 6
+    assert crossing_time([0.0, 4.0, 8.0], [None, 0.25, 0.75], 0.5) == 6.0
+    assert crossing_time([0.0, 4.0, 8.0], [None, 0.5, 0.75], 0.5) == 4.0  # at its first smoothed point
     assert standard_error(0.5, 100) == 0.05 and standard_error(0.5, None) is None
     sp = Spread.of([1.0, 3.0, None])
     assert (sp.n, sp.k, sp.mean, sp.std, sp.lo, sp.hi) == (3, 2, 2.0, math.sqrt(2.0), 1.0, 3.0)
@@ -68,18 +76,19 @@ def test_seeds_form_arms_with_mean_and_spread(seeds):
     base, other = rep.arms
     assert (base.name, other.name, base.n, other.n) == ("grpo_s*", "dppo_s*", 3, 3)
     assert base.seeds == [1, 2, 3]
-    # smoothed GRPO curves: s1 .25 .25 .375 .5 .5 | s2 .375 .375 .375 .5 .5 | s3 .25 .25 .25 .375 .375
+    # smoothed GRPO curves: s1 - .25 .375 .5 .5 | s2 - .375 .375 .5 .5 | s3 - .25 .25 .375 .375
     assert [s.heldout.smoothed for s in base.members] == [
-        [0.25, 0.25, 0.375, 0.5, 0.5],
-        [0.375, 0.375, 0.375, 0.5, 0.5],
-        [0.25, 0.25, 0.25, 0.375, 0.375],
+        [None, 0.25, 0.375, 0.5, 0.5],
+        [None, 0.375, 0.375, 0.5, 0.5],
+        [None, 0.25, 0.25, 0.375, 0.375],
     ]
+    assert base.curve.smoothed[0] is None and base.curve.final_steps == [4, 6, 8]
     # finals .5, .5, .375: mean 11/24, sample sd sqrt(((1/24)^2 * 2 + (1/12)^2) / 2) = sqrt(1/192)
     assert base.final.mean == pytest.approx(11 / 24, **TOL)
     assert base.final.std == pytest.approx(math.sqrt(1 / 192), **TOL)
     assert (base.final.lo, base.final.hi) == (0.375, 0.5)
     assert rep.target == pytest.approx(11 / 24, **TOL) and "baseline grpo_s*" in rep.target_source
-    # GRPO mean curve: (.25+.375+.25)/3 twice, 1/3, 11/24, 11/24 at times 0, 8, 16, 24, 32:
+    # GRPO mean curve: none, (.25+.375+.25)/3, 1/3, 11/24, 11/24 at times 0, 8, 16, 24, 32:
     # it reaches 11/24 at 24 s (a point at the target exactly)
     assert base.curve.times == [0.0, 8.0, 16.0, 24.0, 32.0]
     assert base.ttt == pytest.approx(24.0, **TOL)
@@ -87,9 +96,9 @@ def test_seeds_form_arms_with_mean_and_spread(seeds):
     # s3 never reaches 11/24: censored, counted, not dropped
     assert base.ttt_seeds.values[:2] == pytest.approx((64 / 3, 64 / 3), **TOL)
     assert base.ttt_seeds.values[2] is None and (base.ttt_seeds.k, base.ttt_seeds.n) == (2, 3)
-    # DPPO: smoothed s1 .375 .375 .5 .5 .5 | s2 .25 .25 .5 .5 .5 | s3 .25 .25 .375 .5 .5; finals all .5
+    # DPPO: smoothed s1 - .375 .5 .5 .5 | s2 - .25 .5 .5 .5 | s3 - .25 .375 .5 .5; finals all .5
     assert other.final.values == (0.5, 0.5, 0.5) and other.final.std == 0.0
-    # mean curve at mean times 0, 14/3, 28/3, 14, 56/3 (step times 2, 2, 3): 7/24, 7/24, 11/24, ...
+    # mean curve at mean times 0, 14/3, 28/3, 14, 56/3 (step times 2, 2, 3): none, 7/24, 11/24, ...
     assert other.curve.times == pytest.approx([0.0, 14 / 3, 28 / 3, 14.0, 56 / 3], **TOL)
     assert other.ttt == pytest.approx(28 / 3, **TOL)
     # seeds: s1 4 + (1/12)/(1/8) * 4 = 20/3; s2 4 + (5/24)/(1/4) * 4 = 22/3; s3 12 + (2/3) * 6 = 16
@@ -114,17 +123,24 @@ def test_headline_states_the_noise_and_the_censored_seeds(seeds, tmp_path):
     grpo, dppo = seeds
     rep = build_report([load_run(p) for p in grpo + dppo], Settings())
     (line,) = headline(rep)
+    # the finals are medians of steps 4-8; the last evals are (.5 + .625 + .5) / 3 = 13/24 in both arms
     assert line.startswith(
         "dppo_s* (3 seeds) vs grpo_s* (3 seeds): final held-out accuracy 0.5000 vs 0.4583 (+0.0417, within the "
-        "seed spread of the final accuracy; SE of one eval point 0.0311);"
+        "seed spread of the final accuracy; SE of one eval point 0.0311; each the median of the evals at "
+        "steps 4-8, last eval 0.5417 vs 0.5417);"
     )  # SE sqrt(11/24 * 13/24 / 256) = .0311
     assert (
         "reached the held-out target 0.4583 in 9.3 s of training vs 24.0 s: matched-accuracy ratio 0.39 "
         "(seeds 0.28–0.67), 3 of 3 seeds reached it; larger than the seed spread of the time to target;"
         in line
     )
-    # nothing pruned is logged by these runs: r_q = r_o = 0, ideal 1x
-    assert line.endswith("1.71x step-time speedup (171% of the ideal 1.00x)")
+    # nothing pruned is logged by these runs: r_q = r_o = 0, ideal 1x; a speedup above the ideal is
+    # marked in the sentence and explained in a warning, not reported as a result
+    assert line.endswith("1.71x step-time speedup (171% of the ideal 1.00x: above it, see warnings)")
+    assert (
+        "dppo_s*'s step-time speedup 1.71x is above the ideal 1.00x that its measured pruning rates allow "
+        "(171%): pruning alone does not explain it" in " ".join(rep.warnings)
+    )
     md = markdown(rep)
     assert "| grpo_s* | 3 | 0.4583 ± 0.0722 (0.3750–0.5000) | baseline | 0.0311 |" in md
     # the table says it too: the accuracy difference is within the seed spread, the time difference not
@@ -144,7 +160,7 @@ def test_one_seed_per_arm_says_no_spread_is_available(tmp_path, rundirs):
     (line,) = headline(rep)
     # no seed spread: the difference is held against its eval standard error, sqrt(2) x 1/32
     assert (
-        "(+0.0000, one seed per arm: no spread available; SE of one eval point 0.0312, the difference is within twice its SE 0.0442)"
+        "(+0.0000, one seed per arm: no spread available; SE of one eval point 0.0312, the difference is within twice its SE 0.0442;"
         in line
     )
     assert "1 of 1 seed reached it; one seed per arm: no spread available" in line
@@ -179,7 +195,7 @@ def test_a_startup_difference_alone_gives_no_time_to_target_speedup(tmp_path, ru
 
 
 def test_one_outlier_eval_point_does_not_move_the_headline(tmp_path, rundirs):
-    # baseline: .25 x4, .375, .5 x3 -> smoothed .25 .25 .25 .25 .375 .5 .5 .5: final .5, reached at step 10
+    # baseline: .25 x4, .375, .5 x3 -> smoothed - .25 .25 .25 .375 .5 .5 .5: final .5, reached at step 10
     clean = [0.25, 0.25, 0.25, 0.25, 0.375, 0.5, 0.5, 0.5]
     noisy = list(clean)
     noisy[1], noisy[7] = 1.0, 0.0  # a spike long before the crossing, a dip at the very end

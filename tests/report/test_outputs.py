@@ -80,11 +80,12 @@ def test_cli_writes_report_and_prints_the_table(grpo_dir, dppo_dir, tmp_path, ca
     for text in ("2.00x", "2.67x", "75%", "report written to"):
         assert text in printed, text
     md = (out / "report.md").read_text()
-    # the answer first; only the DPPO run has a held-out eval, so there is no time to accuracy
+    # the answer first; only the DPPO run has a held-out eval, one point: no smoothed value (window 3)
     assert (
-        "- dppo (1 seed) vs grpo (1 seed): no held-out eval in grpo: time to accuracy not measured; 2.00x "
-        "step-time speedup (75% of the ideal 2.67x)\n" in md
+        "- dppo (1 seed) vs grpo (1 seed): no smoothed held-out value in dppo and grpo: time to accuracy not "
+        "measured; 2.00x step-time speedup (75% of the ideal 2.67x)\n" in md
     )
+    assert "dppo has 1 eval point(s), fewer than --eval-window 3: it has no smoothed held-out value" in md
     assert "| dppo | 2.00x | 2.67x | 75% | 0.500 | 0.500 | 0.500 | yes |" in md
     assert "0.500 (cfg 0.5)" in md  # measured and configured prune rates side by side
     assert "after the first 1 warm-up step(s)" in md and "last 2 steps" in md
@@ -96,7 +97,7 @@ def test_cli_writes_report_and_prints_the_table(grpo_dir, dppo_dir, tmp_path, ca
     assert "| math500 | 0.5000 | 0.7500 | 0.6250 | 0.7500 |" in md
     assert "| gsm8k | 0.2500 | 0.5000 | 0.2500 | — |" in md  # the DPPO file has no pass@k for gsm8k
     # the held-out curve per run: only the DPPO run has one point (math500 .25 at step 2, 10 s of training)
-    assert "| dppo | 1 | 0.2500 (2) | 0.2500 | — | 10.0 |" in md
+    assert "| dppo | 1 | 0.2500 (2) | — | — | — | 10.0 |" in md
     assert "no held-out eval in grpo" in md
     for name in EXPECTED_AXES:
         assert f"![{name}]({name}.png)" in md and (out / f"{name}.png").is_file()

@@ -34,6 +34,7 @@ def _args(out: str, packing: bool) -> SimpleNamespace:
 def _write(path, dppo: DPPOConfig, step_totals, rewards, keep=None):
     run = RunDir(str(path), max_steps=len(step_totals))
     run.write_config(_args(str(path), packing=dppo.enable), dppo, "dppo" if dppo.enable else "grpo")
+    run.log("eval", 0, {"eval_arith_pass1": 0.25, "eval_arith_pass4": 0.5})  # before the first step
     run.status("running", 0)
     for step, (total, reward) in enumerate(zip(step_totals, rewards), start=1):
         values = {
@@ -62,7 +63,7 @@ def test_compare_reads_what_the_trainer_writes(tmp_path, capsys):
     runs = [load_run(grpo), load_run(dppo)]
     assert [r.algo for r in runs] == ["grpo", "dppo"] and all(r.state == "finished" for r in runs)
     assert runs[1].config["args"]["train"]["seed"] == 42  # nested args, as the design says
-    assert runs[1].eval_curves() == {"arith": ([3], [0.5])}
+    assert runs[1].eval_curves() == {"arith": ([0, 3], [0.25, 0.5])}
     assert "generated_samples" not in runs[0].train[0] and runs[0].train[0]["kl"] == "nan"
 
     rep = build_report(runs, Settings())
@@ -83,10 +84,11 @@ def test_compare_reads_what_the_trainer_writes(tmp_path, capsys):
 
     # the writer's time axis: training time = cumulative step time, start-up apart (first line only)
     assert [row["time/train_s"] for row in runs[1].train] == [9.0, 11.0, 13.0]
-    assert runs[1].evals[0]["time/train_s"] == 13.0
+    assert [row["time/train_s"] for row in runs[1].evals] == [0.0, 13.0]
     assert ["time/startup_s" in row for row in runs[1].train] == [True, False, False]
-    assert main(["compare", str(grpo), str(dppo), "--out", str(tmp_path / "rep")]) == 0
+    # two eval points per run: read raw (--eval-window 1; the default window 3 has no value to give)
+    assert main(["compare", str(grpo), str(dppo), "--eval-window", "1", "--out", str(tmp_path / "rep")]) == 0
     printed = capsys.readouterr().out
-    # held-out .5 at the end of both runs: target .5 reached at 17 s vs 13 s of training
+    # held-out .25 -> .5 in both runs: target .5 reached at their last eval, 17 s vs 13 s of training
     assert "2.00x" in printed and "matched-accuracy ratio 0.76" in printed
     assert (tmp_path / "rep" / "report.md").is_file() and (tmp_path / "rep" / "heldout.png").is_file()

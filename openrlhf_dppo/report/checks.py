@@ -1,0 +1,270 @@
+"""Can these numbers be compared? The one set of checks behind ``openrlhf-dppo compare`` and
+``benchmarks/heldout_at_time.py`` (both build their numbers with ``report.arms.build_report``, which
+calls these). Each check returns plain sentences, the report's warnings:
+
+1. **Run state** (status.json): a run in progress or ended other than "finished" has partial numbers;
+   a "finished" run that stopped early -- the ``reason`` the trainer writes (e.g. the prompts ran out
+   before ``--dppo.max_steps``) or fewer steps than ``max_steps`` -- covers less than it was set to.
+   Loudest for the baseline: its final accuracy is the target, so a short baseline lowers the target
+   and makes every arm look faster.
+2. **Enough points**: steps against ``--warmup``, eval points against the smoothing window (with fewer
+   a run has no smoothed held-out value: ``report.curves`` rule 1).
+3. **Held-out datasets**: the curves average the datasets every evaluated run shares, never each
+   run's own (:func:`choose_heldout`).
+4. **Configs and machines**: arms that differ in more than the DPPO flags (``report.comparability``),
+   including a different precision, are "not comparable"; a different machine is a warning about
+   every time; a run that does not record its machine is named.
+5. **Curves**: an arm (or seed) already at the target at its first smoothed eval point has no
+   crossing to measure; a final value that trails the last reading by more than twice the SE of one
+   eval point says the curve still moves at its end.
+6. **Speedups**: a step-time speedup above the ideal that the measured pruning rates allow is not
+   pruning's alone.
+7. **The rest**: seeds of one arm without an eval, at different eval steps or with different configs;
+   a baseline that is not GRPO; runs at the reward target from their first step; training rewards of
+   different kinds; eval_results.json files with different k or benchmarks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from openrlhf_dppo import run_dir as R
+from openrlhf_dppo.report.comparability import (
+    MACHINE_CATEGORY,
+    SET_BY_DPPO_CATEGORY,
+    arm_differences,
+    machine_of,
+)
+from openrlhf_dppo.report.run import Run, number
+
+if TYPE_CHECKING:  # arms imports this module
+    from openrlhf_dppo.report.arms import Arm, Comparison
+    from openrlhf_dppo.report.summary import RunSummary, Settings
+
+
+def choose_heldout(summaries: list[RunSummary], wanted: str | None) -> tuple[list[str], list[str]]:
+    """(the held-out datasets to use, warnings): ``wanted``, or every dataset all evaluated runs share."""
+    per_run = {s.run.name: set(s.run.eval_curves()) for s in summaries}
+    evaluated = {n: d for n, d in per_run.items() if d}
+    if not evaluated:
+        if wanted is not None:
+            raise ValueError(f"--heldout {wanted!r}: no run has in-training eval lines")
+        return [], []
+    common = sorted(set.intersection(*evaluated.values()))
+    if wanted is not None:
+        missing = [n for n, d in evaluated.items() if wanted not in d]
+        if missing:
+            found = sorted(set.union(*evaluated.values()))
+            raise ValueError(
+                f"--heldout {wanted!r}: not evaluated by {', '.join(missing)} (found: {', '.join(found)})"
+            )
+        return [wanted], []
+    warnings = []
+    if len(evaluated) < len(per_run):
+        warnings.append("no held-out eval in " + ", ".join(n for n in per_run if n not in evaluated))
+    if not common:
+        warnings.append("the runs share no eval dataset: no held-out comparison (pick one with --heldout)")
+    elif any(d != set(common) for d in evaluated.values()):
+        extra = {n: sorted(d - set(common)) for n, d in evaluated.items() if d != set(common)}
+        warnings.append(
+            f"held-out accuracy is the mean over the eval datasets all runs share ({', '.join(common)}); "
+            "left out: " + "; ".join(f"{n}: {', '.join(d)}" for n, d in extra.items())
+        )
+    return common, warnings
+
+
+def stopped_early(run: Run) -> str | None:
+    """Why a "finished" run has fewer steps than it was set to make: status.json's ``reason``, or its
+    step below ``max_steps``; None for any other run."""
+    status = run.status or {}
+    if run.state != "finished":
+        return None
+    reason = status.get(R.STATUS_REASON)
+    if reason:
+        return str(reason)
+    step = number(status.get(R.STATUS_STEP))
+    if step is None and run.train:
+        step = float(run.train[-1][R.STEP])
+    max_steps = number(status.get(R.STATUS_MAX_STEPS))
+    if step is not None and max_steps is not None and step < max_steps:
+        return f"it finished at step {step:.0f} of max_steps {max_steps:.0f}"
+    return None
+
+
+def baseline_warnings(base: Arm) -> list[str]:
+    """The baseline's runs that stopped early (check 1): the report prints these first."""
+    return [
+        f"the BASELINE {s.run.name} stopped early ({stopped_early(s.run)}): its final accuracy sets the "
+        "target, so a short baseline lowers the target and every arm looks faster; rerun it to its full "
+        "length or give --target"
+        for s in base.members
+        if stopped_early(s.run)
+    ]
+
+
+def run_warnings(s: RunSummary, settings: Settings, baseline: bool) -> list[str]:
+    """Run state, steps and eval points of one run (checks 1 and 2; a baseline run that stopped early
+    is :func:`baseline_warnings`')."""
+    run, out = s.run, []
+    reason = (run.status or {}).get(R.STATUS_REASON)
+    early = stopped_early(run)
+    if run.in_progress:
+        out.append(f"{run.name} is {run.describe_state()}: its numbers are partial")
+    elif run.state != "finished":
+        why = f" ({reason})" if reason else ""
+        out.append(f"{run.name} ended with state '{run.state}'{why}: its numbers are partial")
+    elif early and not baseline:  # the baseline's: baseline_warnings, first of all
+        out.append(f"{run.name} stopped early ({early}): its numbers cover fewer steps than it was set to")
+    if not run.train:
+        out.append(f"{run.name} has no training steps in metrics.jsonl yet")
+    elif s.steps <= settings.warmup:
+        out.append(
+            f"{run.name} has {s.steps} step(s), not more than --warmup {settings.warmup}: "
+            "its medians include the warm-up steps"
+        )
+    if s.heldout is not None and s.heldout.final is None:
+        out.append(
+            f"{run.name} has {len(s.heldout.steps)} eval point(s), fewer than --eval-window "
+            f"{settings.eval_window}: it has no smoothed held-out value (no final accuracy, no time to "
+            "target); --eval-window 1 reads the raw points"
+        )
+    return out + [f"{run.name}: {note}" for note in run.notes + s.clock_notes]
+
+
+def machine_warnings(summaries: list[RunSummary]) -> list[str]:
+    """The runs that do not record their machine (check 4; the differences are config differences)."""
+    missing = [s.run.name for s in summaries if machine_of(s.run.config) is None]
+    if not missing:
+        return []
+    return [
+        f"machine not recorded in run_config.json of {', '.join(missing)} (written before it was): "
+        "a comparison across machines or precisions cannot be ruled out"
+    ]
+
+
+def comparison_warnings(c: Comparison) -> list[str]:
+    """Configs, machines and the step-time speedup of one arm against the baseline (checks 4 and 6)."""
+    out, base, other = [], c.baseline.name, c.other.name
+    breaking = [d for d in c.differences if d.breaks_comparison]
+    packing = [d.key for d in c.differences if d.category == SET_BY_DPPO_CATEGORY]
+    machine = [d for d in c.differences if d.category == MACHINE_CATEGORY]
+    if breaking:
+        keys = ", ".join(f"{d.key} ({d.category})" for d in breaking)
+        out.append(f"{other} is not comparable with {base}: differs in {keys}")
+    if packing:
+        out.append(
+            f"{other} and {base} differ in the packing args DPPO turns on ({', '.join(packing)}): "
+            "the speedup includes packing gains; run the GRPO baseline with --train.dynamic_batch_enable "
+            "to measure pruning alone"
+        )
+    if machine:
+        what = "; ".join(f"{d.key}: {d.baseline!r} vs {d.other!r}" for d in machine)
+        out.append(
+            f"{other} and {base} ran on different machines ({what}): their step times, training times "
+            "and time ratios mix the machines' speed with the method's"
+        )
+    if c.step_efficiency is not None and c.step_efficiency > 1.0:
+        out.append(
+            f"{other}'s step-time speedup {c.step_speedup:.2f}x is above the ideal {c.ideal_speedup:.2f}x "
+            f"that its measured pruning rates allow ({c.step_efficiency:.0%}): pruning alone does not explain "
+            "it (packing, the machine or its load, or a config difference does)"
+        )
+    return out
+
+
+def curve_warnings(arm: Arm, target: float | None, baseline: bool) -> list[str]:
+    """An arm or its seeds at the target from their first smoothed point; a final that trails the
+    last reading by more than twice the SE of one eval point (check 5)."""
+    out: list[str] = []
+    if arm.curve is None or arm.curve.final is None:
+        return out
+    if target is not None:
+        first = arm.curve.first_smoothed
+        seeds = [s.run.name for s in arm.members if s.heldout and s.heldout.at_target_from_start(target)]
+        if first is not None and arm.curve.at_target_from_start(target):
+            who = f"the baseline {arm.name}" if baseline else arm.name
+            out.append(
+                f"{who} is at the held-out target {target:.4f} at its first smoothed eval point (step "
+                f"{arm.curve.steps[first]}, {arm.curve.times[first]:.1f} s of training): its time to "
+                "target is at most that, not a measured crossing" + (" (raise --target)" if baseline else "")
+            )
+        elif seeds:
+            out.append(
+                f"arm {arm.name}: {', '.join(seeds)} at the held-out target {target:.4f} at the first "
+                "smoothed eval point: those seeds' times to target are upper bounds"
+            )
+    se, last, final = arm.curve.se(), arm.curve.raw[-1], arm.curve.final
+    if se is not None and abs(last - final) > 2 * se:
+        steps = arm.curve.final_steps
+        out.append(
+            f"arm {arm.name}: its last eval {last:.4f} (step {arm.curve.steps[-1]}) is "
+            f"{last - final:+.4f} from its final {final:.4f} (the median of the evals at steps "
+            f"{steps[0]}-{steps[-1]}), more than twice the SE of one eval point ({se:.4f}): the curve "
+            "still moves at its end and the final trails it; more eval points would pin it down"
+        )
+    return out
+
+
+def arm_warnings(arm: Arm, settings: Settings, target: float | None, baseline: bool) -> list[str]:
+    """One arm: its curve, each of its runs, and whether its seeds are seeds of one configuration."""
+    out = curve_warnings(arm, target, baseline)
+    for s in arm.members:
+        out += run_warnings(s, settings, baseline)
+    if arm.curve is not None and len(arm.seed_curves) < arm.n:
+        out.append(f"arm {arm.name}: {arm.n - len(arm.seed_curves)} of {arm.n} seed(s) have no held-out eval")
+    if arm.curve is not None and any(
+        len(c.steps) < len(s.heldout.steps) for c, s in zip(arm.seed_curves, arm.members) if s.heldout
+    ):
+        out.append(
+            f"arm {arm.name}: its seeds evaluated at different steps; the mean curve uses the "
+            f"{len(arm.curve.steps)} steps they share"
+        )
+    for s in arm.members[1:]:
+        diffs = arm_differences(arm.members[0].run.config, s.run.config)
+        if diffs:
+            out.append(
+                f"arm {arm.name}: {s.run.name} differs from {arm.members[0].run.name} in "
+                + ", ".join(d.key for d in diffs)
+            )
+    return out
+
+
+def report_warnings(
+    arm_list: list[Arm],
+    comparisons: list[Comparison],
+    settings: Settings,
+    target: float | None,
+    reward_target: float | None,
+) -> list[str]:
+    """Every check of this module over every run, arm and comparison (the baseline's stopped-early
+    runs are :func:`baseline_warnings`, which the report puts before all of these)."""
+    base = arm_list[0]
+    warnings = [w for arm in arm_list for w in arm_warnings(arm, settings, target, arm is base)]
+    summaries = [s for arm in arm_list for s in arm.members]
+    at_once = [
+        s.run.name
+        for s in summaries
+        if s.time_to_target is not None and s.time_to_target == s.reward_times[0]
+    ]
+    if at_once:
+        who = at_once[0] + " is" if len(at_once) == 1 else ", ".join(at_once) + " are"
+        warnings.append(
+            f"{who} at the target reward {reward_target:.4f} from the first step: the reward time to target "
+            "is one step, not learning (raise --target-reward)"
+        )
+    if base.members[0].run.algo != "grpo":
+        warnings.append(f"the baseline {base.name} is a {base.members[0].run.algo} run, not GRPO")
+    if len({s.reward_key for s in summaries if s.reward_raw}) > 1:
+        warnings.append(
+            "training rewards: some runs log rollout/reward_ht and some only rollout/reward_mean; a pruning run's "
+            "reward_mean is tilted towards the prompts it kept, so those curves are not the same quantity"
+        )
+    for c in comparisons:
+        warnings += comparison_warnings(c)
+    evaluated = {s.run.name: s.run.eval_results for s in summaries if s.run.eval_results}
+    if len({(r.get("k"), tuple(sorted(r.get("benchmarks") or {}))) for r in evaluated.values()}) > 1:
+        sets = "; ".join(
+            f"{n}: k={r.get('k')}, {sorted(r.get('benchmarks') or {})}" for n, r in evaluated.items()
+        )
+        warnings.append(f"the eval_results.json files differ in k or benchmarks ({sets})")
+    return warnings + machine_warnings(summaries)
