@@ -101,10 +101,10 @@ def summary(path: Path) -> dict:
 
     return {
         "run": path.name,
-        "cpu": machine.get(rd.CPU_MODEL),
-        "native_bf16": machine.get(rd.CPU_NATIVE_BF16),
-        "caps": " ".join(f"{k}={v}" for k, v in (machine.get(rd.ISA_CAPS) or {}).items()) or "-",
-        "precision": machine.get(rd.PRECISION),
+        "cpu": machine.get(rd.MACHINE_CPU_MODEL),
+        "native_bf16": machine.get(rd.MACHINE_CPU_NATIVE_BF16),
+        "caps": " ".join(f"{k}={v}" for k, v in (machine.get(rd.MACHINE_ISA_CAPS) or {}).items()) or "-",
+        "precision": machine.get(rd.MACHINE_PRECISION),
         "n": len(steps),
         "median": statistics.median(steps) if steps else float("nan"),
         "min": min(steps, default=float("nan")),

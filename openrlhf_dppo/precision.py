@@ -113,12 +113,12 @@ def machine(precision: str) -> dict:
     import torch
 
     return {
-        run_dir.CPU_MODEL: cpu_model(),
-        run_dir.CPU_NATIVE_BF16: cpu_native_bf16(),
-        run_dir.TORCH_CPU_CAPABILITY: torch_cpu_capability(),
-        run_dir.DEVICE: "cuda" if torch.cuda.is_available() else "cpu",
-        run_dir.PRECISION: precision,
-        run_dir.ISA_CAPS: isa_caps(),
+        run_dir.MACHINE_CPU_MODEL: cpu_model(),
+        run_dir.MACHINE_CPU_NATIVE_BF16: cpu_native_bf16(),
+        run_dir.MACHINE_TORCH_CPU_CAPABILITY: torch_cpu_capability(),
+        run_dir.MACHINE_DEVICE: "cuda" if torch.cuda.is_available() else "cpu",
+        run_dir.MACHINE_PRECISION: precision,
+        run_dir.MACHINE_ISA_CAPS: isa_caps(),
     }
 
 

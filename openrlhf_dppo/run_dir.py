@@ -83,16 +83,6 @@ WEIGHT_MEAN, WEIGHT_MAX, WEIGHT_ESS = "dppo/weight_mean", "dppo/weight_max", "dp
 PACK_DENSITY, PACK_MICRO_BATCHES = "dppo/pack_density", "dppo/pack_micro_batches"
 PACK_LOWER_BOUND, PACK_RANK_IMBALANCE = "dppo/pack_lower_bound", "dppo/pack_rank_imbalance"
 
-# ---- run_config.json's machine record: timings and learning curves depend on the CPU and precision ------
-MACHINE = "machine"
-CPU_MODEL = "cpu_model"  # str: /proc/cpuinfo's model name
-CPU_NATIVE_BF16 = "cpu_native_bf16"  # bool: oneDNN has bf16 kernels for this CPU (capped by the env)
-TORCH_CPU_CAPABILITY = "torch_cpu_capability"  # str: ATen's CPU kernel level, e.g. "AVX512", "AVX2"
-DEVICE = "device"  # "cpu" | "cuda"
-PRECISION = "precision"  # "bf16" | "fp16" | "fp32": the run's --ds.param_dtype
-ISA_CAPS = "isa_caps"  # {name: value} of ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA when set (emulation)
-MACHINE_KEYS = (CPU_MODEL, CPU_NATIVE_BF16, TORCH_CPU_CAPABILITY, DEVICE, PRECISION, ISA_CAPS)
-
 # ---- status.json ----------------------------------------------------------------------------------
 STATES = ("running", "finished", "failed", "cancelled", "requeued")
 
@@ -113,12 +103,13 @@ STATUS_STATE, STATUS_STEP, STATUS_MAX_STEPS = "state", "step", "max_steps"
 STATUS_REASON = "reason"  # why a run ended as it did (e.g. the prompts ran out before --dppo.max_steps)
 
 # ---- run_config.json: the machine a run ran on (timings from two machines do not compare) -----------
-MACHINE = "machine"  # {cpu_model, cpu_native_bf16, torch_cpu_capability, device, precision}
-MACHINE_CPU_MODEL = "cpu_model"
-MACHINE_CPU_NATIVE_BF16 = "cpu_native_bf16"
-MACHINE_TORCH_CPU_CAPABILITY = "torch_cpu_capability"
-MACHINE_DEVICE = "device"
-MACHINE_PRECISION = "precision"
+# Written by the trainer from ``openrlhf_dppo.precision.machine``.
+MACHINE = "machine"  # {cpu_model, cpu_native_bf16, torch_cpu_capability, device, precision, isa_caps}
+MACHINE_CPU_MODEL = "cpu_model"  # str: /proc/cpuinfo's model name
+MACHINE_CPU_NATIVE_BF16 = "cpu_native_bf16"  # bool: oneDNN has bf16 kernels for this CPU (env caps count)
+MACHINE_TORCH_CPU_CAPABILITY = "torch_cpu_capability"  # str: ATen's CPU kernel level ("AVX512", "AVX2")
+MACHINE_DEVICE = "device"  # "cpu" | "cuda"
+MACHINE_PRECISION = "precision"  # "bf16" | "fp16" | "fp32": the run's --ds.param_dtype
 MACHINE_FIELDS = (
     MACHINE_CPU_MODEL,
     MACHINE_CPU_NATIVE_BF16,
@@ -126,6 +117,9 @@ MACHINE_FIELDS = (
     MACHINE_DEVICE,
     MACHINE_PRECISION,
 )
+# {name: value} of ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA where set (an emulated CPU); not compared:
+# the capped fields above already differ
+MACHINE_ISA_CAPS = "isa_caps"
 
 
 # ---- reading ----------------------------------------------------------------------------------------
@@ -302,7 +296,8 @@ class RunDir:
                     fh.write(b"\n")
 
     def write_config(self, args, dppo_config, algo: str, machine: dict | None = None) -> None:
-        """Write run_config.json; ``machine``: the record under ``MACHINE`` (``MACHINE_KEYS``)."""
+        """Write run_config.json; ``machine``: the record under ``MACHINE`` (``MACHINE_FIELDS`` and
+        ``MACHINE_ISA_CAPS``)."""
         from openrlhf_dppo import __version__
 
         meta = getattr(args, "dppo_meta", None)
