@@ -1,7 +1,9 @@
 """The run directory: the names of its files, its writer and its one reader.
 
 A run directory (``--dppo.run_dir``, default ``--ckpt.output_dir``) holds
-- ``run_config.json``: the parsed arguments, the DPPO config, the algorithm, the hardware, the start time;
+- ``run_config.json``: the parsed arguments, the DPPO config, the algorithm, the hardware, the machine
+  record (``machine``: the CPU model, its bf16 support, the precision; written by the trainer from
+  ``openrlhf_dppo.precision.machine``), the start time;
 - ``metrics.jsonl``: one JSON object per line, ``{"kind": "train"|"eval", "step": int, "time": unix,
   "wall_time": s, ...metrics}``; one train line per step and one eval line per evaluation;
 - ``status.json``: ``{"state", "step", "max_steps", "updated", "reason"?}``, replaced atomically (the
@@ -63,12 +65,13 @@ STATUS_STATE, STATUS_STEP, STATUS_MAX_STEPS = "state", "step", "max_steps"
 STATUS_REASON = "reason"  # why a run ended as it did (e.g. the prompts ran out before --dppo.max_steps)
 
 # ---- run_config.json: the machine a run ran on (timings from two machines do not compare) -----------
-MACHINE = "machine"  # {cpu_model, cpu_native_bf16, torch_cpu_capability, device, precision}
-MACHINE_CPU_MODEL = "cpu_model"
-MACHINE_CPU_NATIVE_BF16 = "cpu_native_bf16"
-MACHINE_TORCH_CPU_CAPABILITY = "torch_cpu_capability"
-MACHINE_DEVICE = "device"
-MACHINE_PRECISION = "precision"
+# Written by the trainer from ``openrlhf_dppo.precision.machine``.
+MACHINE = "machine"  # {cpu_model, cpu_native_bf16, torch_cpu_capability, device, precision, isa_caps}
+MACHINE_CPU_MODEL = "cpu_model"  # str: /proc/cpuinfo's model name
+MACHINE_CPU_NATIVE_BF16 = "cpu_native_bf16"  # bool: oneDNN has bf16 kernels for this CPU (env caps count)
+MACHINE_TORCH_CPU_CAPABILITY = "torch_cpu_capability"  # str: ATen's CPU kernel level ("AVX512", "AVX2")
+MACHINE_DEVICE = "device"  # "cpu" | "cuda"
+MACHINE_PRECISION = "precision"  # "bf16" | "fp16" | "fp32": the run's --ds.param_dtype
 MACHINE_FIELDS = (
     MACHINE_CPU_MODEL,
     MACHINE_CPU_NATIVE_BF16,
@@ -76,6 +79,9 @@ MACHINE_FIELDS = (
     MACHINE_DEVICE,
     MACHINE_PRECISION,
 )
+# {name: value} of ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA where set (an emulated CPU); not compared:
+# the capped fields above already differ
+MACHINE_ISA_CAPS = "isa_caps"
 
 
 # ---- reading ----------------------------------------------------------------------------------------
@@ -264,7 +270,7 @@ class RunMeta:
 class RunDir:
     """The trainer's writer: run_config.json, one metrics line per step and evaluation, status.json.
 
-    ``RunDir(path, max_steps)``; ``write_config(args, dppo_config, algo, argv, start_time)`` once at
+    ``RunDir(path, max_steps)``; ``write_config(args, dppo_config, algo, argv, start_time, machine)`` once at
     start; ``log(kind, step, values)`` per train step / evaluation; ``status(state, step)``; ``resume(step)`` when a
     checkpoint at ``step`` has been restored (or none: step 0).
     """
@@ -285,8 +291,17 @@ class RunDir:
                 if fh.read(1) != b"\n":
                     fh.write(b"\n")
 
-    def write_config(self, args, dppo_config, algo: str, argv: list[str], start_time: float | None) -> None:
-        """argv, start_time: the launching command's (``RunMeta``); start_time None: this directory's."""
+    def write_config(
+        self,
+        args,
+        dppo_config,
+        algo: str,
+        argv: list[str],
+        start_time: float | None,
+        machine: dict | None = None,
+    ) -> None:
+        """argv, start_time: the launching command's (``RunMeta``); start_time None: this directory's.
+        ``machine``: the record under ``MACHINE`` (``MACHINE_FIELDS`` and ``MACHINE_ISA_CAPS``)."""
         from openrlhf_dppo import __version__
 
         self.start_time = float(start_time or self.start)
@@ -300,6 +315,8 @@ class RunDir:
             "hardware": hardware(),
             "start_time": self.start_time,
         }
+        if machine is not None:
+            config[MACHINE] = to_plain(machine)
         _write_json(self.path / RUN_CONFIG, config)
 
     def log(self, kind: str, step: int, values: dict) -> dict:

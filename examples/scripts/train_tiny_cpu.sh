@@ -24,6 +24,8 @@
 #                        than three epochs of them a third of the prompts it draws (see below)
 #   OUT [runs/tiny_cpu/$ALGO, countdown: runs/tiny_cpu_countdown/$ALGO]  run directory
 #   TINY [.cache/tiny, countdown: .cache/tiny-countdown]  the task's assets (built on first use)
+#   PRECISION [auto]     bf16 | fp32 | auto: bf16 where the CPU has native bf16, else fp32
+#                        (OPENRLHF_DPPO_CPU_PRECISION when set; openrlhf_dppo.precision decides)
 #   PYTHON [.venv/bin/python];  PRINT_CMD=1: print the training command and exit (nothing is built or run)
 # The Ray log goes to $OUT/train.log; one progress line per step is printed here.
 set -euo pipefail
@@ -52,6 +54,7 @@ PY=${PYTHON:-.venv/bin/python}
 TINY=${TINY:-$TASK_TINY}
 OUT=${OUT:-$RUNS_DIR/$ALGO}
 STEPS=${STEPS:-150}
+PRECISION=$("$PY" -m openrlhf_dppo.precision ${PRECISION:+"$PRECISION"} --name PRECISION)
 PROMPTS=${PROMPTS:-64}
 SAMPLES=${SAMPLES:-8}
 FULL_POOL=2000  # prompts in $TINY/data/train.jsonl (N_TRAIN of tiny/build.py and tiny/countdown.py)
@@ -83,7 +86,7 @@ CMD=("$PY" -m openrlhf_dppo.cli.train_dppo_ray
   --reward.remote_url "openrlhf_dppo/rewards/$REWARD.py"
   --actor.num_gpus_per_node 1 --ref.num_gpus_per_node 1
   --vllm.num_engines 1 --vllm.tensor_parallel_size 1 --vllm.sync_backend gloo --vllm.enforce_eager
-  --ds.attn_implementation sdpa --ds.param_dtype bf16 --ds.zero_stage 2
+  --ds.attn_implementation sdpa --ds.param_dtype "$PRECISION" --ds.zero_stage 2
   --rollout.batch_size "$PROMPTS" --rollout.n_samples_per_prompt "$SAMPLES" --rollout.micro_batch_size 64
   --rollout.max_new_tokens "$MAX_NEW" --rollout.temperature 1.0 --data.max_len "$MAX_LEN"
   --train.batch_size $((PROMPTS * SAMPLES)) --train.micro_batch_size 64 --train.seed "$SEED"
@@ -106,7 +109,7 @@ fi
 if (( POOL < FULL_POOL )); then head -n "$POOL" "$TINY/data/train.jsonl" > "$PROMPT_FILE"; fi
 if [ -e "$OUT/status.json" ] || [ -e "$OUT/metrics.jsonl" ]; then rm -rf "$OUT"; fi
 mkdir -p "$OUT"
-echo "[$ALGO] $TASK: $STEPS steps x $PROMPTS prompts x $SAMPLES samples from $POOL on CPU, seed $SEED; log: $OUT/train.log"
+echo "[$ALGO] $TASK: $STEPS steps x $PROMPTS prompts x $SAMPLES samples from $POOL on CPU in $PRECISION, seed $SEED; log: $OUT/train.log"
 
 "${CMD[@]}" > "$OUT/train.log" 2>&1 &
 PID=$!

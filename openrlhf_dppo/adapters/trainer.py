@@ -34,6 +34,7 @@ import torch
 from openrlhf.trainer import ppo_trainer
 from openrlhf.utils.logging_utils import init_logger
 
+from openrlhf_dppo import precision
 from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters import packing
 from openrlhf_dppo.adapters._ray import remote_like, swap_attr, unwrap_actor_class
@@ -147,7 +148,11 @@ class _DPPOTrainer(_PPOTrainerBase):
         run_path = getattr(args.dppo, "run_dir", None) or args.ckpt.output_dir
         shown_max = self.step_limit if self.step_limit is not None else self.max_steps
         self.run_dir = RunDir(os.path.abspath(run_path), max_steps=shown_max)
-        self.run_dir.write_config(args, dppo, "dppo" if dppo.enable else "grpo", run.argv, run.start_time)
+        # the CPU, its bf16 support and the precision: every timing depends on them
+        machine = precision.machine(args.ds.param_dtype)
+        self.run_dir.write_config(
+            args, dppo, "dppo" if dppo.enable else "grpo", run.argv, run.start_time, machine=machine
+        )
         self._last_step = 0  # the last step trained (from the checkpoint on a resume)
         self._checkpoint_states = None
 

@@ -36,6 +36,7 @@ from typing import Callable, Sequence
 
 from openrlhf_dppo.cli.flags import add_dppo_arguments
 from openrlhf_dppo.cli.validate import FlagError, validate
+from openrlhf_dppo.precision import prepare_parser
 
 OPENRLHF_SCRIPT = "openrlhf.cli.train_ppo_ray"
 PARSE_HOOK = "__dppo_parse_args__"
@@ -127,7 +128,8 @@ def _apply_cpu_compat(args) -> None:
         if err.name != "openrlhf_dppo.compat.cpu":
             raise
         return
-    cpu.apply(fake_gpus=cpu.stand_in_gpus(args))  # as many stand-in GPUs as this run's groups ask for
+    # as many stand-in GPUs as this run's groups ask for; the engine and weight sync in --ds.param_dtype
+    cpu.apply(fake_gpus=cpu.stand_in_gpus(args), precision=args.ds.param_dtype)
 
 
 def main(
@@ -162,6 +164,7 @@ def main(
 
     def parse_hook(parser: argparse.ArgumentParser):
         state.parser = add_dppo_arguments(parser)
+        prepare_parser(parser)  # on CPU: --ds.param_dtype takes fp32 and defaults to the CPU's choice
         ns = parser.parse_args(argv)
         try:  # before OpenRLHF's validation, whose asserts would hide DPPO's reasons
             state.cfg, _ = validate(vars(ns), check_inputs=check_inputs)

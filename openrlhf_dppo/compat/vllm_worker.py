@@ -1,9 +1,12 @@
 """vLLM worker extension for CPU engines (``worker_extension_cls``; handed to vLLM by ``compat.cpu``).
 
-vLLM spawns its engine workers itself, so Ray's setup hook never runs in them: importing this
-module (vLLM resolves the class by name before loading the model) is the one place to install the patches that the table
-in ``compat.cpu.patches`` lists for the ``vllm_engine`` site. The class extends OpenRLHF's
-``WorkerWrap`` and overrides two of its methods:
+vLLM spawns its engine workers itself, so Ray's setup hook never runs in them. ``CPUEngineWorker``
+(vLLM's ``CPUWorker``, handed to vLLM as ``worker_cls`` beside the extension) installs the patches that
+the table in ``compat.cpu.patches`` lists for the ``vllm_engine`` site when vLLM builds it, before the
+model loads; importing this module patches nothing. (The extension class cannot do it: vLLM appends it
+to the worker's bases and refuses any name the worker already has, so none of its methods runs before
+the model is loaded.) ``CPUWorkerExtension`` extends OpenRLHF's ``WorkerWrap`` and overrides two of
+its methods:
   * ``init_process_group``: the weight-sync group is gloo (``compat.cpu.GlooBroadcastGroup``), not
     vLLM's PyNccl communicator, which does nothing without NCCL;
   * ``update_weight``: the received buffer is allocated on this worker's device (OpenRLHF hard-codes
@@ -15,11 +18,17 @@ from __future__ import annotations
 
 import torch
 from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
+from vllm.v1.worker.cpu_worker import CPUWorker
 
 from openrlhf_dppo.compat import cpu
 
-if not torch.cuda.is_available():
-    cpu.install(cpu.VLLM_ENGINE)
+
+class CPUEngineWorker(CPUWorker):
+    """vLLM's CPU worker, with the ``vllm_engine`` patches installed first (this is its process)."""
+
+    def __init__(self, *args, **kwargs):
+        cpu.install(cpu.VLLM_ENGINE)
+        super().__init__(*args, **kwargs)
 
 
 class CPUWorkerExtension(WorkerWrap):

@@ -124,7 +124,12 @@ LAYERS: dict[str, Rule] = {
     ),  # fmt: skip
     "launch": all_but("adapters", "cli", why="launches the CLI as a program; never the trainer code"),
     "adapters": all_but("cli", "launch", "report", why="the trainer side: called by cli, calls core"),
-    "compat": only("_host", why="host patches only: no DPPO code depends on how the host is patched"),
+    "compat": only(
+        "_host", "precision", why="host patches only: no DPPO code depends on how the host is patched"
+    ),
+    "precision": only(
+        "run_dir", host_free=True, why="the CPU precision choice: torch and run_dir key names only"
+    ),
     "rewards": only(why="reward files are loaded by path by OpenRLHF's reward code: self-contained"),
     "data": all_but("adapters", "cli", "launch", "report", "compat", why="data preparation only"),
     "tiny": all_but("adapters", "cli", "launch", "compat", why="builds the tiny assets; no trainer"),

@@ -19,7 +19,8 @@ def command(algo: str, **env: str) -> list[str]:
     full = {
         k: v for k, v in os.environ.items() if k not in ("STEPS", "SEED", "LR", "OUT", "TINY", "POOL", "TASK")
     }
-    full.update(ALGO=algo, PRINT_CMD="1", PYTHON="python", **env)
+    full.update(ALGO=algo, PRINT_CMD="1", PYTHON="python", PRECISION="bf16")  # auto would ask torch
+    full.update(env)
     out = subprocess.run(
         ["bash", os.path.join(SCRIPTS, "train_tiny_cpu.sh")],
         env=full,
@@ -83,6 +84,15 @@ def test_seed_and_learning_rate_reach_the_command():
     assert f["--train.seed"] == ["7"] and f["--dppo.seed"] == ["7"]
     assert f["--actor.adam.lr"] == ["3e-4"]
     assert f["--dppo.prompt_prune_rate"] == ["0.3"] and f["--dppo.completion_prune_rate"] == ["0.7"]
+
+
+def test_the_precision_reaches_the_command_and_a_bad_one_is_refused_by_name():
+    assert flags(command("grpo", PRECISION="fp32"))["--ds.param_dtype"] == ["fp32"]
+    assert flags(command("grpo"))["--ds.param_dtype"] == ["bf16"]
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        command("grpo", PRECISION="fp64")
+    assert err.value.returncode == 2
+    assert "PRECISION='fp64': expected one of auto, bf16, fp32" in err.value.stderr
 
 
 def test_an_unknown_algorithm_is_refused_by_name():

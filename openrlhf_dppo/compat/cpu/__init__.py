@@ -9,12 +9,15 @@ CUDA is available, and starts nothing itself: host modules are patched right aft
                   worker), what it installs there and why; ``enabled()``, ``install(site)``
   devices.py      the patches that keep tensors and kernels on the CPU
   weight_sync.py  the trainer -> vLLM gloo group, the worker extension hand-over, the digest check
+  dtype.py        the run's precision in OpenRLHF's dtype table and the vLLM engine (fp32 on CPU)
   watchdog.py     heartbeats and the thread that ends a stalled run
   ray_init.py     the ``ray.init`` wrapper (stand-in GPUs, the runtime_env that carries the setup hook)
   hooks.py        environment names, after-import hooks, one-time wrapping, the log
 The vLLM engine side is ``openrlhf_dppo.compat.vllm_worker`` (our ``worker_extension_cls``).
 
-Environment: ``OPENRLHF_DPPO_CPU_DISABLE=name,...`` switches patches off, ``OPENRLHF_DPPO_VERIFY_SYNC=
+Environment: ``OPENRLHF_DPPO_CPU_PRECISION=auto|bf16|fp32`` the precision when ``--ds.param_dtype`` is
+not given (``openrlhf_dppo.precision``; ``dtype.py`` holds its patches),
+``OPENRLHF_DPPO_CPU_DISABLE=name,...`` switches patches off, ``OPENRLHF_DPPO_VERIFY_SYNC=
 <file.jsonl>`` checks every weight sync, ``OPENRLHF_DPPO_WATCHDOG_S`` (600) is the stall limit,
 ``OPENRLHF_DPPO_SYNC_TIMEOUT_S`` (600) the gloo timeout.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import os
 
+from openrlhf_dppo import precision as cpu_precision
 from openrlhf_dppo.compat.cpu.hooks import (
     ENV_ACTIVE,
     ENV_DISABLE,
@@ -110,6 +114,7 @@ def apply(
     num_cpus: int | None = None,
     stall_s: float | None = None,
     startup_s: float | None = None,
+    precision: str | None = None,
     **switches: bool,
 ) -> bool:
     """Make OpenRLHF's Ray pipeline run on this CPU-only machine; returns False (no-op) with CUDA.
@@ -117,6 +122,9 @@ def apply(
     ``fake_gpus``: GPU resources Ray advertises; ``stand_in_gpus(args)`` is what a run needs (every
     model group and engine on GPUs of its own).
     ``stall_s`` / ``startup_s``: watchdog limits (env ``OPENRLHF_DPPO_WATCHDOG_S``, default 600 / 900).
+    ``precision``: the run's ``--ds.param_dtype`` ("bf16" | "fp16" | "fp32"), printed with the CPU facts
+    it was chosen from and put in ``OPENRLHF_DPPO_CPU_PRECISION`` for the engine dtype (None: OpenRLHF's
+    bfloat16 engine, the variable untouched).
     ``switches``: ``name=False`` turns a patch off, ``name=True`` on despite the environment (names
     in ``PATCHES``).
     """
@@ -137,6 +145,10 @@ def apply(
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ["PYTHONPATH"] = worker_pythonpath()
+    if precision is not None:
+        # logged before the variable is set: the line says where the choice came from
+        log(cpu_precision.describe(precision))
+        os.environ[cpu_precision.ENV] = precision
 
     install(DRIVER)
     if enabled("ray_fake_gpus") or enabled("watchdog"):

@@ -4,8 +4,9 @@ Where a patch applies:
   driver       the process that calls ``apply()`` (it imports the same host modules as the workers);
   ray_worker   every Ray worker process (trainer, actor, reference, vLLM engine actors), through the
                ``worker_process_setup_hook`` that ``apply()`` puts in Ray's runtime_env;
-  vllm_engine  the worker processes vLLM spawns itself, reached only through ``worker_extension_cls``
-               (``openrlhf_dppo.compat.vllm_worker``, imported by vLLM before it loads the model).
+  vllm_engine  the worker processes vLLM spawns itself, reached only through the ``worker_cls`` we
+               hand it (``openrlhf_dppo.compat.vllm_worker.CPUEngineWorker``, which installs them when
+               vLLM builds the worker, before the model loads).
 
 In ``Patch.where`` a site maps to the function installed there at start-up, or to None where the
 patch is applied later by code at that site that asks ``enabled(name)`` (the ``ray.init`` wrapper, the
@@ -19,7 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from openrlhf_dppo.compat.cpu import devices, watchdog, weight_sync
+from openrlhf_dppo.compat.cpu import devices, dtype, watchdog, weight_sync
 from openrlhf_dppo.compat.cpu.hooks import ENV_DISABLE
 
 DRIVER, RAY_WORKER, VLLM_ENGINE = "driver", "ray_worker", "vllm_engine"
@@ -81,7 +82,22 @@ _TABLE = (
         "worker_extension",
         {DRIVER: weight_sync.patch_worker_extension},
         "create_vllm_engines hard-codes OpenRLHF's WorkerWrap; vLLM gets CPUWorkerExtension (gloo "
-        "group, CPU receive buffers, weight digests) as worker_extension_cls",
+        "group, CPU receive buffers, weight digests) as worker_extension_cls, and CPUEngineWorker (which "
+        "installs the vllm_engine patches) as worker_cls",
+    ),
+    Patch(
+        "fp32_param_dtype",
+        {DRIVER: dtype.patch_fp32_param_dtype, RAY_WORKER: dtype.patch_fp32_param_dtype},
+        "on a CPU without native bf16 (oneDNN) a bf16 matmul is ~80x slower than fp32, so the CPU path "
+        "may run --ds.param_dtype fp32; OpenRLHF's convert_to_torch_dtype knows bf16 and fp16 only and "
+        "is called at every model build (actor, reference) in the Ray workers",
+    ),
+    Patch(
+        "engine_dtype",
+        {DRIVER: dtype.patch_engine_dtype},
+        'create_vllm_engines builds every engine with dtype="bfloat16" whatever --ds.param_dtype says; '
+        "the weight sync asserts the engine's dtype is the trainer's, so the engine gets the run's "
+        "precision (OPENRLHF_DPPO_CPU_PRECISION, set by apply(precision=...))",
     ),
     Patch(
         "plain_linear",

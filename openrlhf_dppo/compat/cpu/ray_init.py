@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 
+from openrlhf_dppo import precision
 from openrlhf_dppo.compat.cpu.hooks import (
     ENV_ACTIVE,
     ENV_DISABLE,
@@ -37,6 +38,8 @@ WORKER_ENV = (
     "WANDB_MODE",
     "WANDB_DIR",
     "OMP_NUM_THREADS",
+    precision.ENV,  # the run's resolved precision (engine dtype)
+    *precision.ISA_CAPS,  # an emulated CPU (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA) must be one everywhere
 )
 
 

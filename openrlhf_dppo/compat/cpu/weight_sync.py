@@ -21,6 +21,7 @@ from openrlhf_dppo.compat.cpu.hooks import ENV_SYNC_TIMEOUT, ENV_VERIFY, after_i
 from openrlhf_dppo.compat.cpu.watchdog import heartbeat
 
 EXTENSION_CLS = "openrlhf_dppo.compat.vllm_worker.CPUWorkerExtension"
+WORKER_CLS = "openrlhf_dppo.compat.vllm_worker.CPUEngineWorker"
 DIGEST_REQUEST = "__openrlhf_dppo_weight_digests__"  # sentinel weight name: "return your digests"
 
 
@@ -81,39 +82,46 @@ def patch_gloo_weight_sync() -> None:
 
 class _EngineActorProxy:
     """Stands in for ``vllm_engine.RolloutRayActor`` in ``create_vllm_engines``: same ``options()``/
-    ``remote()``, with ``worker_extension_cls`` pointed at our extension."""
+    ``remote()``, with keyword arguments of the engine replaced by ``overrides`` (our
+    ``worker_extension_cls`` and ``worker_cls``, the engine dtype)."""
 
-    def __init__(self, actor_cls, extension: str):
-        self._actor_cls, self._extension = actor_cls, extension
+    def __init__(self, actor_cls):
+        self._actor_cls = actor_cls
+        self.overrides: dict = {}
 
     def options(self, **options):
         handle = self._actor_cls.options(**options)
-        extension = self._extension
+        overrides = self.overrides
 
         class _Remote:
             @staticmethod
             def remote(*args, **kwargs):
-                kwargs["worker_extension_cls"] = extension
-                return handle.remote(*args, **kwargs)
+                return handle.remote(*args, **{**kwargs, **overrides})
 
         return _Remote()
 
     def remote(self, *args, **kwargs):
-        kwargs["worker_extension_cls"] = self._extension
-        return self._actor_cls.remote(*args, **kwargs)
+        return self._actor_cls.remote(*args, **{**kwargs, **self.overrides})
 
     def __getattr__(self, name):
         return getattr(self._actor_cls, name)
 
 
-def patch_worker_extension() -> None:
-    """``create_vllm_engines`` hard-codes ``openrlhf...WorkerWrap``; give vLLM ours instead (driver)."""
+def override_engine_kwargs(**overrides) -> None:
+    """Replace these keyword arguments of every vLLM engine ``create_vllm_engines`` makes (driver)."""
 
     def patch(module):
         if not isinstance(module.RolloutRayActor, _EngineActorProxy):
-            module.RolloutRayActor = _EngineActorProxy(module.RolloutRayActor, EXTENSION_CLS)
+            module.RolloutRayActor = _EngineActorProxy(module.RolloutRayActor)
+        module.RolloutRayActor.overrides.update(overrides)
 
     after_import("openrlhf.trainer.ray.vllm_engine", patch)
+
+
+def patch_worker_extension() -> None:
+    """``create_vllm_engines`` hard-codes ``openrlhf...WorkerWrap``; give vLLM ours instead (driver),
+    and our worker class, which installs the ``vllm_engine`` patches when vLLM builds it."""
+    override_engine_kwargs(worker_extension_cls=EXTENSION_CLS, worker_cls=WORKER_CLS)
 
 
 def tensor_digest(t) -> str:
@@ -181,7 +189,9 @@ def verify_weights(trainer, path: str, ray, torch) -> dict | None:
         "engines": [],
     }
     for i, engine in enumerate(trainer.vllm_engines):
-        per_worker = ray.get(engine.update_weight.remote(DIGEST_REQUEST, dtype=torch.bfloat16, shape=(0,)))
+        # the dtype of a digest request is never read; the parameters' own keeps the call well-formed
+        request = engine.update_weight.remote(DIGEST_REQUEST, dtype=params[0][1].dtype, shape=(0,))
+        per_worker = ray.get(request)
         for w, theirs in enumerate(per_worker):
             mismatched = sorted(n for n in ours if n in theirs and theirs[n] != ours[n])
             missing = sorted(n for n in ours if n not in theirs)

