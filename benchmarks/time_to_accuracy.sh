@@ -50,8 +50,9 @@ if [ "${PRINT_CMD:-0}" = 1 ]; then  # each run's training command (train_tiny_cp
   for seed in $SEEDS; do
     for arm in $ARMS; do
       read -r -a spec <<< "$(arm_env "$arm")"
-      echo "[tta] $arm seed $seed: $(ALGO=${spec[0]} SEED=$seed OUT="$OUT/${arm}_s${seed}" PYTHON=$PY \
-        bash examples/scripts/train_tiny_cpu.sh "${spec[@]:1}")"
+      cmd=$(ALGO=${spec[0]} SEED=$seed OUT="$OUT/${arm}_s${seed}" PYTHON=$PY \
+        bash examples/scripts/train_tiny_cpu.sh "${spec[@]:1}")  # set -e: a refused run stops here
+      echo "[tta] $arm seed $seed: $cmd"
     done
   done
   exit 0

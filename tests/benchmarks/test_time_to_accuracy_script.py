@@ -12,8 +12,14 @@ SCRIPT = os.path.join(ROOT, "benchmarks", "time_to_accuracy.sh")
 
 
 def run(**env: str) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if k not in ("TASK", "SEEDS", "ARMS", "OUT", "STEPS", "TINY")}
-    full.update(PRINT_CMD="1", PYTHON="python", **env)
+    full = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in ("TASK", "SEEDS", "ARMS", "OUT", "STEPS", "TINY", "PRECISION", "OPENRLHF_DPPO_CPU_PRECISION")
+    }
+    full.update(PRINT_CMD="1", PYTHON="python", PRECISION="bf16")  # auto would ask torch
+    full.update(env)
     return subprocess.run(["bash", SCRIPT], env=full, capture_output=True, text=True)
 
 
@@ -61,3 +67,8 @@ def test_an_unknown_task_or_arm_is_refused_before_any_run():
     assert res.returncode == 2 and "TASK must be addition or countdown, got 'sudoku'" in res.stderr
     res = run(ARMS="grpo dapo")
     assert res.returncode == 2 and "unknown arm 'dapo'" in res.stderr and res.stdout == ""
+
+
+def test_a_run_the_training_script_refuses_stops_the_benchmark():
+    res = run(TASK="countdown", SEEDS="1", ARMS="grpo", PRECISION="fp16")  # not a CPU precision
+    assert res.returncode != 0 and "[tta] grpo seed 1:" not in res.stdout, res.stdout
