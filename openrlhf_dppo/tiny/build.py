@@ -338,40 +338,44 @@ def _warm_step(model, tok, warm_rows, warm, rng, opt):
     return loss.detach()
 
 
-def build(out: str, seed: int = 0, warm: dict | None = None, size: str = DEFAULT_SIZE, log=print) -> dict:
-    """Build everything under ``out`` and return the build info (see module docstring)."""
+def train_and_save(
+    out: str,
+    seed: int,
+    warm: dict,
+    config_kwargs: dict,
+    tok,
+    splits: dict,
+    supervised,
+    measure,
+    header: dict,
+    log=print,
+) -> dict:
+    """What every task's build shares; returns the build info (also written to ``build_info.json``).
+
+    Writes ``splits`` (name -> rows) under ``out``, trains a fresh Qwen3 (``config_kwargs``, seeded) on
+    ``supervised`` rows with ``warm_start``, casts it to bf16 -- the weights the pipeline starts from --,
+    reads ``measure(model, tok) -> dict`` of the cast model and saves model and tokenizer. ``header``: the
+    task's own leading fields of the info (fingerprint, seed, size, ...)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    warm = dict(WARM, **(warm or {}))
-    if needs_pinned_child(warm):
-        return build_in_pinned_child(out, seed, warm, size, "addition")
-    config_kwargs = model_config(size)
     t0 = time.time()
     p = paths(out)
     os.makedirs(os.path.dirname(p["train"]), exist_ok=True)
     threads_before = torch.get_num_threads()
     torch.set_num_threads(warm["threads"])
     try:
-        tok = build_tokenizer()
-        splits = task.split(seed, N_EVAL, N_DEV, N_TRAIN, digits=DIGITS)
         for name, rows in splits.items():
             task.write_jsonl(p[name], rows)
-
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(Qwen3Config(**config_kwargs)).to(getattr(torch, warm["dtype"]))
         n_params = sum(x.numel() for x in model.parameters())
         log(
             f"[tiny] {n_params / 1e6:.2f}M params; warm start: {warm['steps']} supervised steps in {warm['dtype']}"
         )
-        result = warm_start(model, tok, splits["warm"], warm, seed, log=log)
-
-        model = model.to(torch.bfloat16)  # measured after the cast: the weights the pipeline starts from
-        held_out = {
-            "dev_greedy_acc": accuracy(model, tok, splits["dev"]),
-            "eval_greedy_acc": accuracy(model, tok, splits["eval"]),
-            "eval_sampled_acc": accuracy(model, tok, splits["eval"], temperature=1.0, seed=seed, samples=4),
-        }
+        result = warm_start(model, tok, supervised, warm, seed, log=log)
+        model = model.to(torch.bfloat16)
+        readings = measure(model, tok)
         model.config.dtype = "bfloat16"
         model.generation_config.eos_token_id = EOS_ID
         model.generation_config.pad_token_id = PAD_ID
@@ -380,21 +384,41 @@ def build(out: str, seed: int = 0, warm: dict | None = None, size: str = DEFAULT
     finally:
         torch.set_num_threads(threads_before)
     info = {
-        "fingerprint": fingerprint(seed, warm, size),
-        "seed": seed,
-        "size": size,
+        **header,
         "params": n_params,
         "model_config": config_kwargs,
         "splits": {name: len(rows) for name, rows in splits.items()},
-        "warm_start": {**result, **held_out, **warm},
+        "warm_start": {**result, **readings, **warm},
         "arithmetic_used": arithmetic_used(),
         "build_seconds": round(time.time() - t0, 1),
     }
     with open(p["info"], "w") as f:
         json.dump(info, f, indent=1)
+    return info
+
+
+def build(out: str, seed: int = 0, warm: dict | None = None, size: str = DEFAULT_SIZE, log=print) -> dict:
+    """Build everything under ``out`` and return the build info (see module docstring)."""
+    warm = dict(WARM, **(warm or {}))
+    if needs_pinned_child(warm):
+        return build_in_pinned_child(out, seed, warm, size, "addition")
+    splits = task.split(seed, N_EVAL, N_DEV, N_TRAIN, digits=DIGITS)
+
+    def measure(model, tok):
+        return {
+            "dev_greedy_acc": accuracy(model, tok, splits["dev"]),
+            "eval_greedy_acc": accuracy(model, tok, splits["eval"]),
+            "eval_sampled_acc": accuracy(model, tok, splits["eval"], temperature=1.0, seed=seed, samples=4),
+        }
+
+    header = {"fingerprint": fingerprint(seed, warm, size), "seed": seed, "size": size}
+    info = train_and_save(
+        out, seed, warm, model_config(size), build_tokenizer(), splits, splits["warm"], measure, header, log
+    )
+    w = info["warm_start"]
     log(
-        f"[tiny] built {out} in {info['build_seconds']}s: held-out greedy acc {held_out['eval_greedy_acc']:.3f},"
-        f" sampled (T=1, 4 per prompt) {held_out['eval_sampled_acc']:.3f}"
+        f"[tiny] built {out} in {info['build_seconds']}s: held-out greedy acc {w['eval_greedy_acc']:.3f},"
+        f" sampled (T=1, 4 per prompt) {w['eval_sampled_acc']:.3f}"
     )
     return info
 

@@ -31,7 +31,6 @@ import itertools
 import json
 import os
 import random
-import time
 
 from openrlhf_dppo.tiny import build, task, tokenizer
 
@@ -197,69 +196,41 @@ def build_countdown(
 ) -> dict:
     """Build the countdown assets under ``out`` (the first task's layout, ``build.paths``); return the info.
 
-    ``counts``: ``split``'s sizes (smaller ones make a quick test build). The warm start is the first task's (``build.warm_start``: a fixed number of supervised steps in
-    float64), here on the scratchpads (``solution``), then the model is cast to bf16 and measured.
+    ``counts``: ``split``'s sizes (smaller ones make a quick test build). The warm start is the first
+    task's (``build.train_and_save``: a fixed number of supervised steps in float64 on pinned arithmetic),
+    here on the scratchpads (``solution``); the bf16 model is measured with the reward file's scorer.
     """
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     warm = dict(WARM, **(warm or {}))
     if build.needs_pinned_child(warm):
         return build.build_in_pinned_child(out, seed, warm, size, "countdown", {"counts": counts})
-    config_kwargs = model_config(size)
-    t0 = time.time()
-    p = build.paths(out)
-    os.makedirs(os.path.dirname(p["train"]), exist_ok=True)
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(warm["threads"])
-    try:
-        tok = tokenizer.build_tokenizer(VOCAB)
-        splits = split(seed, **counts)
-        for name, rows in splits.items():
-            task.write_jsonl(p[name], rows)
+    splits = split(seed, **counts)
+    supervised = [{"input": r["input"], "label": r["solution"]} for r in splits["warm"]]  # the target
 
-        torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(Qwen3Config(**config_kwargs)).to(getattr(torch, warm["dtype"]))
-        n_params = sum(x.numel() for x in model.parameters())
-        log(
-            f"[tiny] countdown: {n_params / 1e6:.2f}M params; {warm['steps']} supervised steps in {warm['dtype']}"
-        )
-        supervised = [{"input": r["input"], "label": r["solution"]} for r in splits["warm"]]  # the target
-        result = build.warm_start(model, tok, supervised, warm, seed, log=log)
-
-        model = model.to(torch.bfloat16)  # measured after the cast: the weights the pipeline starts from
-        held_out = {}
+    def measure(model, tok):
+        readings = {}
         for name, rows, kw in (
             ("dev_greedy", splits["dev"], {}),
             ("eval_greedy", splits["eval"], {}),
             ("eval_sampled", splits["eval"], dict(temperature=1.0, seed=seed, samples=4)),
         ):
-            held_out[f"{name}_acc"], held_out[f"{name}_score"] = solve_rates(model, tok, rows, **kw)
-        model.config.dtype = "bfloat16"
-        model.generation_config.eos_token_id = tokenizer.EOS_ID
-        model.generation_config.pad_token_id = tokenizer.PAD_ID
-        model.save_pretrained(p["model"], safe_serialization=True)
-        tok.save_pretrained(p["model"])
-    finally:
-        torch.set_num_threads(threads_before)
-    info = {
+            readings[f"{name}_acc"], readings[f"{name}_score"] = solve_rates(model, tok, rows, **kw)
+        return readings
+
+    header = {
         "task": "countdown",
         "fingerprint": fingerprint(seed, warm, size, counts),
         "seed": seed,
         "size": size,
-        "params": n_params,
-        "model_config": config_kwargs,
         "generator": GENERATOR,
-        "splits": {name: len(rows) for name, rows in splits.items()},
-        "warm_start": {**result, **held_out, **warm},
-        "arithmetic_used": build.arithmetic_used(),
-        "build_seconds": round(time.time() - t0, 1),
     }
-    with open(p["info"], "w") as f:
-        json.dump(info, f, indent=1)
+    tok = tokenizer.build_tokenizer(VOCAB)
+    info = build.train_and_save(
+        out, seed, warm, model_config(size), tok, splits, supervised, measure, header, log
+    )
+    w = info["warm_start"]
     log(
         f"[tiny] built {out} in {info['build_seconds']}s: held-out greedy solve rate"
-        f" {held_out['eval_greedy_acc']:.3f} (mean score {held_out['eval_greedy_score']:.3f})"
+        f" {w['eval_greedy_acc']:.3f} (mean score {w['eval_greedy_score']:.3f})"
     )
     return info
 
