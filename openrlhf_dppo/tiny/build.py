@@ -49,8 +49,6 @@ key-value heads = half of them).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import hashlib
 import json
 import os
@@ -58,7 +56,14 @@ import re
 import time
 
 from openrlhf_dppo.tiny import task
+from openrlhf_dppo.tiny.arithmetic import (
+    arithmetic_used,
+    build_in_pinned_child,
+    needs_pinned_child,
+    weights_digest,
+)
 from openrlhf_dppo.tiny.tokenizer import EOS_ID, PAD_ID, VOCAB, build_tokenizer
+from openrlhf_dppo.tiny.warm import warm_start
 
 SIZES = {
     "xs": (128, 2, 384),  # 0.40M parameters (the earlier default; learns less under GRPO, see above)
@@ -69,17 +74,6 @@ DEFAULT_SIZE = "s"
 HEAD_DIM = 64
 DIGITS, N_EVAL, N_DEV, N_TRAIN = 2, 500, 200, 2000
 WARM = dict(batch_size=64, lr=5e-3, steps=1100, dtype="float64", log_every=100, threads=1, arithmetic="avx2")
-
-# ``WARM["arithmetic"] == "avx2"``: the warm start runs with ATen's kernels and MKL's code path pinned to
-# AVX2, which every x86-64 CPU since 2013 has. The same instructions give the same bits on every such CPU,
-# so the build is the same with or without AVX-512 or native bf16 (measured bit for bit against the
-# emulation of an AVX2-only CPU: benchmarks/RESULTS.md, "Warm start"). Both settings are read when torch
-# and MKL load, so a process that does not run under them builds in a child process that does.
-# ``arithmetic=None``: this process's own kernels (deterministic on one machine only; quick tests).
-PINNED_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
-_CHILD_ENV = (
-    "OPENRLHF_DPPO_TINY_BUILD_CHILD"  # set in the child: it builds with what it got, never forks again
-)
 
 
 def parse_size(size: str) -> tuple[int, int, int]:
@@ -123,7 +117,7 @@ def fingerprint(seed: int, warm: dict, size: str = DEFAULT_SIZE) -> str:
     """Hash of everything the build output depends on: sources, model config, split sizes, seed."""
     h = hashlib.sha256()
     here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("task.py", "tokenizer.py", "build.py"):
+    for name in ("task.py", "tokenizer.py", "build.py", "arithmetic.py", "warm.py"):
         with open(os.path.join(here, name), "rb") as f:
             h.update(f.read())
     h.update(
@@ -144,76 +138,6 @@ def is_built(out: str, seed: int = 0, warm: dict | None = None, size: str = DEFA
         return False
     with open(p["info"]) as f:
         return json.load(f).get("fingerprint") == fingerprint(seed, warm or WARM, size)
-
-
-def arithmetic_used() -> dict:
-    """What this process computes the warm start with: torch's CPU kernel level and MKL's code path."""
-    import torch
-
-    cap = torch.backends.cpu.get_cpu_capability()
-    mkl = os.environ.get("MKL_CBWR", "")
-    return {"torch_cpu_capability": cap, "mkl_cbwr": mkl, "pinned_avx2": cap == "AVX2" and mkl == "AVX2"}
-
-
-def needs_pinned_child(warm: dict) -> bool:
-    """True when ``warm`` asks for the pinned arithmetic and this process does not have it (and is not
-    already the child made for it: a CPU without AVX2 builds with its own kernels, and says so)."""
-    if warm.get("arithmetic") != "avx2" or os.environ.get(_CHILD_ENV):
-        return False
-    return not arithmetic_used()["pinned_avx2"]
-
-
-def build_in_pinned_child(
-    out: str, seed: int, warm: dict, size: str, task_name: str, extra: dict | None = None
-):
-    """Run this build in ``python -m openrlhf_dppo.tiny.build`` under ``PINNED_ENV``; return its info.
-
-    ``extra``: keyword arguments of the task's build function beyond (out, seed, warm, size), as JSON."""
-    import subprocess
-    import sys
-
-    spec = json.dumps({"warm": warm, "extra": extra or {}})
-    cmd = [
-        sys.executable,
-        "-m",
-        "openrlhf_dppo.tiny.build",
-        "--out",
-        out,
-        "--seed",
-        str(seed),
-        "--size",
-        size,
-    ]
-    cmd += ["--task", task_name, "--force", "--spec", spec]
-    env = {**os.environ, **PINNED_ENV, _CHILD_ENV: "1"}
-    proc = subprocess.run(cmd, env=env)
-    if proc.returncode:
-        raise RuntimeError(
-            f"the tiny build in a child process failed (exit {proc.returncode}): {' '.join(cmd)}"
-        )
-    with open(paths(out)["info"]) as f:
-        return json.load(f)
-
-
-def _encode(tok, prompts, answers):
-    """Right-padded batch for the supervised loss: (input_ids (B,T), attention_mask (B,T), labels (B,T))."""
-    import torch
-
-    rows, lab = [], []
-    for p, a in zip(prompts, answers):
-        ids = tok(p, add_special_tokens=False)["input_ids"]
-        ans = tok(a, add_special_tokens=False)["input_ids"] + [EOS_ID]
-        rows.append(ids + ans)
-        lab.append([-100] * len(ids) + ans)
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    labels = torch.full((len(rows), width), -100, dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
-        labels[i, : len(r)] = torch.tensor(lab[i])
-    return ids, mask, labels
 
 
 def accuracy(
@@ -260,84 +184,6 @@ def accuracy(
     return correct / len(rows)
 
 
-def _next_token_loss(model, ids, mask, labels):
-    """Mean next-token cross-entropy over the answer tokens, in the model's own dtype.
-
-    ids, mask, labels: (B, T) as from ``_encode``. transformers' built-in loss casts the logits to
-    fp32 first, which would undo a float64 warm start; this one keeps them as they are."""
-    import torch.nn.functional as F
-
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]  # (B, T-1, V): predicts t+1
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
-
-
-def _rms_norm(norm, x):
-    """transformers' Qwen3RMSNorm with the arithmetic in ``x``'s dtype; x: (..., hidden)."""
-    import torch
-
-    return norm.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon))
-
-
-@contextlib.contextmanager
-def _norms_in_model_dtype(model):
-    """Within the block, the model's RMSNorms compute in the model's dtype.
-
-    transformers' Qwen3RMSNorm rounds its input to fp32 whatever the model's dtype, so a float64 warm
-    start would meet fp32 rounding in every norm, where a last-bit difference between CPUs can flip a
-    rounding. The replacement is per module instance and removed on exit (the saved bf16 model keeps
-    transformers' own norm)."""
-    norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
-    for norm in norms:
-        norm.forward = functools.partial(_rms_norm, norm)
-    try:
-        yield
-    finally:
-        for norm in norms:
-            del norm.forward
-
-
-def warm_start(model, tok, warm_rows: list[dict], warm: dict, seed: int, probe=None, log=print) -> dict:
-    """Supervised next-token training on ``warm_rows`` for exactly ``warm["steps"]`` steps.
-
-    A fixed count, not "until a dev reading reaches a target": one greedy reading of 200 prompts has a
-    standard error of 0.035 and the supervised curve is steep where we stop, so a stopping reading made
-    the start depend on luck. The model trains in ``warm["dtype"]`` with its norms in that dtype too
-    (float64 was meant to keep different CPUs' rounding apart from the result; measured, it does not:
-    see the module docstring). Batches are drawn uniformly with replacement (seeded). ``probe(step, model)``, if given, is called every
-    ``warm["log_every"]`` steps (and after the last) for readings that do not change the training.
-    Returns ``{"steps": warm["steps"], "final_loss": float}``.
-    """
-    import random
-
-    import torch
-
-    rng = random.Random(seed + 3)
-    opt = torch.optim.AdamW(model.parameters(), lr=warm["lr"], weight_decay=0.0)
-    loss = torch.zeros(())
-    with _norms_in_model_dtype(model):
-        for step in range(1, warm["steps"] + 1):
-            loss = _warm_step(model, tok, warm_rows, warm, rng, opt)
-            if step % warm["log_every"] == 0 or step == warm["steps"]:
-                log(f"[tiny] warm-start step {step}/{warm['steps']} loss {loss.item():.3f}")
-                if probe is not None:
-                    probe(step, model)
-    return {"steps": warm["steps"], "final_loss": round(loss.item(), 6)}
-
-
-def _warm_step(model, tok, warm_rows, warm, rng, opt):
-    """One supervised step on a batch drawn with replacement by ``rng``; returns the loss (detached)."""
-    import torch
-
-    batch = [warm_rows[rng.randrange(len(warm_rows))] for _ in range(warm["batch_size"])]
-    ids, mask, labels = _encode(tok, [r["input"] for r in batch], [r["label"] for r in batch])
-    loss = _next_token_loss(model, ids, mask, labels)
-    opt.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    return loss.detach()
-
-
 def train_and_save(
     out: str,
     seed: int,
@@ -374,6 +220,7 @@ def train_and_save(
             f"[tiny] {n_params / 1e6:.2f}M params; warm start: {warm['steps']} supervised steps in {warm['dtype']}"
         )
         result = warm_start(model, tok, supervised, warm, seed, log=log)
+        result["trained_sha256"] = weights_digest(model)  # before the cast: every last bit of the training
         model = model.to(torch.bfloat16)
         readings = measure(model, tok)
         model.config.dtype = "bfloat16"

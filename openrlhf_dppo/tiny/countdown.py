@@ -32,7 +32,7 @@ import json
 import os
 import random
 
-from openrlhf_dppo.tiny import build, task, tokenizer
+from openrlhf_dppo.tiny import arithmetic, build, task, tokenizer
 
 GENERATOR = dict(min_numbers=3, max_numbers=4, min_value=1, max_value=9, min_target=1, max_target=99)
 N_DRAWS, N_EVAL, N_DEV, N_TRAIN = 30_000, 500, 200, 2000  # about 9,700 distinct problems from 30,000 draws
@@ -144,7 +144,10 @@ def fingerprint(seed: int, warm: dict, size: str = build.DEFAULT_SIZE, counts: d
 
     h = hashlib.sha256()
     tiny = os.path.dirname(os.path.abspath(__file__))
-    sources = [os.path.join(tiny, n) for n in ("countdown.py", "task.py", "tokenizer.py", "build.py")]
+    sources = [
+        os.path.join(tiny, n) for n in ("countdown.py", "task.py", "tokenizer.py", "build.py", "warm.py")
+    ]
+    sources.append(os.path.join(tiny, "arithmetic.py"))
     sources.append(os.path.join(os.path.dirname(tiny), "rewards", "countdown.py"))
     for path in sources:
         with open(path, "rb") as f:
@@ -201,8 +204,8 @@ def build_countdown(
     here on the scratchpads (``solution``); the bf16 model is measured with the reward file's scorer.
     """
     warm = dict(WARM, **(warm or {}))
-    if build.needs_pinned_child(warm):
-        return build.build_in_pinned_child(out, seed, warm, size, "countdown", {"counts": counts})
+    if arithmetic.needs_pinned_child(warm):
+        return arithmetic.build_in_pinned_child(out, seed, warm, size, "countdown", {"counts": counts})
     splits = split(seed, **counts)
     supervised = [{"input": r["input"], "label": r["solution"]} for r in splits["warm"]]  # the target
 

@@ -151,7 +151,7 @@ def test_the_default_pool_is_the_whole_training_split():
 
 @pytest.mark.parametrize("pool", ["10", "2001", "half"])
 def test_a_pool_out_of_range_is_refused_by_name(pool):
-    env = dict(os.environ, ALGO="dppo", PRINT_CMD="1", POOL=pool)
+    env = dict(os.environ, ALGO="dppo", PRINT_CMD="1", POOL=pool, PYTHON="python", PRECISION="bf16")
     res = subprocess.run(
         ["bash", os.path.join(SCRIPTS, "train_tiny_cpu.sh")], env=env, capture_output=True, text=True
     )

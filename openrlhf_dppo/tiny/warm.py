@@ -1,0 +1,112 @@
+"""The supervised warm start of the tiny builds: a fixed number of next-token steps in the model's dtype.
+
+``warm_start`` is the rule every task's build uses (``tiny/build.py``, ``train_and_save``); why a fixed
+count and float64, and how the arithmetic is pinned so that every CPU gets the same weights, is in
+``tiny/build.py``'s docstring and ``tiny/arithmetic.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+from openrlhf_dppo.tiny.tokenizer import EOS_ID, PAD_ID
+
+
+def _encode(tok, prompts, answers):
+    """Right-padded batch for the supervised loss: (input_ids (B,T), attention_mask (B,T), labels (B,T))."""
+    import torch
+
+    rows, lab = [], []
+    for p, a in zip(prompts, answers):
+        ids = tok(p, add_special_tokens=False)["input_ids"]
+        ans = tok(a, add_special_tokens=False)["input_ids"] + [EOS_ID]
+        rows.append(ids + ans)
+        lab.append([-100] * len(ids) + ans)
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+        labels[i, : len(r)] = torch.tensor(lab[i])
+    return ids, mask, labels
+
+
+def _next_token_loss(model, ids, mask, labels):
+    """Mean next-token cross-entropy over the answer tokens, in the model's own dtype.
+
+    ids, mask, labels: (B, T) as from ``_encode``. transformers' built-in loss casts the logits to
+    fp32 first, which would undo a float64 warm start; this one keeps them as they are."""
+    import torch.nn.functional as F
+
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]  # (B, T-1, V): predicts t+1
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+
+
+def _rms_norm(norm, x):
+    """transformers' Qwen3RMSNorm with the arithmetic in ``x``'s dtype; x: (..., hidden)."""
+    import torch
+
+    return norm.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon))
+
+
+@contextlib.contextmanager
+def _norms_in_model_dtype(model):
+    """Within the block, the model's RMSNorms compute in the model's dtype.
+
+    transformers' Qwen3RMSNorm rounds its input to fp32 whatever the model's dtype, so a float64 warm
+    start would meet fp32 rounding in every norm, where a last-bit difference between CPUs can flip a
+    rounding. The replacement is per module instance and removed on exit (the saved bf16 model keeps
+    transformers' own norm)."""
+    norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
+    for norm in norms:
+        norm.forward = functools.partial(_rms_norm, norm)
+    try:
+        yield
+    finally:
+        for norm in norms:
+            del norm.forward
+
+
+def warm_start(model, tok, warm_rows: list[dict], warm: dict, seed: int, probe=None, log=print) -> dict:
+    """Supervised next-token training on ``warm_rows`` for exactly ``warm["steps"]`` steps.
+
+    A fixed count, not "until a dev reading reaches a target": one greedy reading of 200 prompts has a
+    standard error of 0.035 and the supervised curve is steep where we stop, so a stopping reading made
+    the start depend on luck. The model trains in ``warm["dtype"]`` with its norms in that dtype too
+    (float64 was meant to keep different CPUs' rounding apart from the result; measured, it does not:
+    see the module docstring). Batches are drawn uniformly with replacement (seeded). ``probe(step, model)``, if given, is called every
+    ``warm["log_every"]`` steps (and after the last) for readings that do not change the training.
+    Returns ``{"steps": warm["steps"], "final_loss": float}``.
+    """
+    import random
+
+    import torch
+
+    rng = random.Random(seed + 3)
+    opt = torch.optim.AdamW(model.parameters(), lr=warm["lr"], weight_decay=0.0)
+    loss = torch.zeros(())
+    with _norms_in_model_dtype(model):
+        for step in range(1, warm["steps"] + 1):
+            loss = _warm_step(model, tok, warm_rows, warm, rng, opt)
+            if step % warm["log_every"] == 0 or step == warm["steps"]:
+                log(f"[tiny] warm-start step {step}/{warm['steps']} loss {loss.item():.3f}")
+                if probe is not None:
+                    probe(step, model)
+    return {"steps": warm["steps"], "final_loss": round(loss.item(), 6)}
+
+
+def _warm_step(model, tok, warm_rows, warm, rng, opt):
+    """One supervised step on a batch drawn with replacement by ``rng``; returns the loss (detached)."""
+    import torch
+
+    batch = [warm_rows[rng.randrange(len(warm_rows))] for _ in range(warm["batch_size"])]
+    ids, mask, labels = _encode(tok, [r["input"] for r in batch], [r["label"] for r in batch])
+    loss = _next_token_loss(model, ids, mask, labels)
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss.detach()
