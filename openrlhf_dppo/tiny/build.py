@@ -25,7 +25,7 @@ The same start on every machine. A stopping reading (200 prompts, standard error
 depend on luck, and where the curve is flat the training is chaotic: last-bit rounding differences
 between CPUs' kernels grew to different trajectories within a few hundred steps, in float64 as in fp32
 (unpinned, an AVX-512 CPU and an AVX2-only one started at 0.450 and 0.620 after the same 1,325 steps).
-So the warm start runs with ATen's kernels and MKL's code path pinned to AVX2 (``PINNED_ENV``, in a child
+So the warm start runs with ATen's kernels and MKL's code path pinned to AVX2 (``arithmetic.PINNED_ENV``, in a child
 process when the caller's torch is not already pinned): the same instructions on every x86-64 CPU with
 AVX2, so the same weights bit for bit, with or without AVX-512 or native bf16 (tested against the
 emulation of an AVX2-only CPU). A CPU without AVX2, or not x86-64, builds with its own kernels and says
