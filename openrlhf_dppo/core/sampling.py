@@ -58,7 +58,9 @@ def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
-@SAMPLING_DESIGNS.register("bernoulli", help="independent draws")
+@SAMPLING_DESIGNS.register(
+    "bernoulli", help="independent draws; a prompt draw that keeps nothing is drawn again, weighted exactly"
+)
 def _bernoulli(p: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """p: (R, N) -> mask (R, N) bool, independent draws."""
     return torch.rand(p.shape, generator=generator, dtype=torch.float64) < p
