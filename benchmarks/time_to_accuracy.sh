@@ -13,10 +13,12 @@
 #   bash benchmarks/time_to_accuracy.sh                     # SEEDS="1 2 3", ARMS="grpo shrink refill df"
 #   SEEDS="1" STEPS=50 bash benchmarks/time_to_accuracy.sh  # a quick look
 #   TASK=countdown ARMS="grpo shrink" bash benchmarks/time_to_accuracy.sh
+#   ARMS="grpo shrink:300 refill:200" bash benchmarks/time_to_accuracy.sh  # per-arm step counts
 #   PRINT_CMD=1 TASK=countdown bash benchmarks/time_to_accuracy.sh  # each run's command; nothing is run
 #
-# Environment: TASK (addition | countdown, train_tiny_cpu.sh's switch), SEEDS, ARMS, STEPS
-# (train_tiny_cpu.sh's default, 150), OUT (runs/tta; countdown: runs/tta_countdown), DF_RANGE ("0.01 0.99":
+# Environment: TASK (addition | countdown, train_tiny_cpu.sh's switch), SEEDS, ARMS (each `arm` or
+# `arm:steps`, the second giving that arm its own step count, e.g. about GRPO's training time for an arm
+# whose steps are shorter; runs go to <arm>_s<seed> either way), STEPS (every other arm's; train_tiny_cpu.sh's default, 150), OUT (runs/tta; countdown: runs/tta_countdown), DF_RANGE ("0.01 0.99":
 # groups whose mean score is outside are dropped and replaced; countdown's score for dynamic filtering is
 # the 0/1 solve indicator, see openrlhf_dppo/rewards/countdown.py), PYTHON (.venv/bin/python),
 # LOCK (unset; when set, each run holds this flock(1) lock file, so other heavy work on a shared machine
@@ -45,12 +47,24 @@ arm_env() {  # arm -> "ALGO extra-flags..."
   esac
 }
 
-for arm in $ARMS; do arm_env "$arm" > /dev/null; done  # an unknown arm stops here, before any run
+arm_name() { echo "${1%%:*}"; }
+arm_steps() {  # "shrink:300" -> 300, "grpo" -> STEPS (or train_tiny_cpu.sh's default when unset)
+  case "$1" in
+    *:*) local n=${1#*:}
+      if ! [[ "$n" =~ ^[1-9][0-9]*$ ]]; then echo "arm '$1': the step count after ':' must be a positive integer" >&2; return 2; fi
+      echo "$n" ;;
+    *) echo "${STEPS:-}" ;;
+  esac
+}
+for spec in $ARMS; do  # an unknown arm or a bad step count stops here, before any run
+  arm_env "$(arm_name "$spec")" > /dev/null; arm_steps "$spec" > /dev/null
+done
 if [ "${PRINT_CMD:-0}" = 1 ]; then  # each run's training command (train_tiny_cpu.sh's PRINT_CMD)
   for seed in $SEEDS; do
-    for arm in $ARMS; do
+    for arm_spec in $ARMS; do
+      arm=$(arm_name "$arm_spec")
       read -r -a spec <<< "$(arm_env "$arm")"
-      cmd=$(ALGO=${spec[0]} SEED=$seed OUT="$OUT/${arm}_s${seed}" PYTHON=$PY \
+      cmd=$(ALGO=${spec[0]} SEED=$seed OUT="$OUT/${arm}_s${seed}" PYTHON=$PY STEPS=$(arm_steps "$arm_spec") \
         bash examples/scripts/train_tiny_cpu.sh "${spec[@]:1}")  # set -e: a refused run stops here
       echo "[tta] $arm seed $seed: $cmd"
     done
@@ -60,7 +74,8 @@ fi
 
 mkdir -p "$OUT"
 for seed in $SEEDS; do
-  for arm in $ARMS; do
+  for arm_spec in $ARMS; do
+    arm=$(arm_name "$arm_spec")
     read -r -a spec <<< "$(arm_env "$arm")"
     run="$OUT/${arm}_s${seed}"
     if [ -f "$run/status.json" ] && grep -q '"finished"' "$run/status.json"; then
@@ -69,15 +84,17 @@ for seed in $SEEDS; do
     echo "[tta] $(date +%T) $TASK $arm seed $seed -> $run  (load: $(cut -d' ' -f1-3 /proc/loadavg))"
     lock=()
     if [ -n "${LOCK:-}" ]; then lock=(flock "$LOCK"); fi
-    ALGO=${spec[0]} SEED=$seed OUT=$run PYTHON=$PY "${lock[@]}" bash examples/scripts/train_tiny_cpu.sh "${spec[@]:1}"
+    ALGO=${spec[0]} SEED=$seed OUT=$run PYTHON=$PY STEPS=$(arm_steps "$arm_spec") "${lock[@]}" \
+      bash examples/scripts/train_tiny_cpu.sh "${spec[@]:1}"
   done
 done
 
+NAMES=""; for arm_spec in $ARMS; do NAMES+=" $(arm_name "$arm_spec")"; done
 args=()
-for arm in $ARMS; do args+=(--arm "$arm=$OUT/${arm}_s*"); done
-if [[ " $ARMS " != *" grpo "* ]]; then  # e.g. ARMS="refill df" next to an earlier run's grpo arm
+for arm in $NAMES; do args+=(--arm "$arm=$OUT/${arm}_s*"); done
+if [[ "$NAMES " != *" grpo "* ]]; then  # e.g. ARMS="refill df" next to an earlier run's grpo arm
   echo "[tta] no grpo arm in ARMS: compare these runs with the baseline's yourself, e.g."
-  quoted=""; for arm in $ARMS; do quoted+=" --arm '$arm=$OUT/${arm}_s*'"; done
+  quoted=""; for arm in $NAMES; do quoted+=" --arm '$arm=$OUT/${arm}_s*'"; done
   echo "      openrlhf-dppo compare --arm grpo='<runs>/grpo_s*'$quoted --baseline grpo --out $OUT/report"
   exit 0
 fi

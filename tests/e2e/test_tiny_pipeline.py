@@ -79,13 +79,35 @@ def run_cli(out: str, flags: list[str], env_extra: dict | None = None, expect_ok
     if not expect_ok:
         syncs = read_jsonl(env["OPENRLHF_DPPO_VERIFY_SYNC"])
         return {"out": out, "returncode": proc.returncode, "syncs": syncs, "log": text}
-    assert proc.returncode == 0, f"train_dppo_ray exited {proc.returncode}; log tail:\n{text[-6000:]}"
+    assert proc.returncode == 0, (  # the errors last: a CI report shows the end of the output
+        f"train_dppo_ray exited {proc.returncode}; log tail:\n{text[-3000:]}\n(whole log: {log_path})\n"
+        f"the log's tracebacks and error lines:\n{log_errors(text)}"
+    )
     return {
         "out": out,
         "metrics": read_jsonl(os.path.join(out, "metrics.jsonl")),
         "syncs": read_jsonl(env["OPENRLHF_DPPO_VERIFY_SYNC"]),
         "log": text,
     }
+
+
+def log_errors(text: str, limit: int = 8000) -> str:
+    """The parts of a run's log that say why it failed: every traceback (to the line after it ends) and
+    every line naming an error, in order. A Ray run's tail is mostly model printing and warnings, so the
+    tail alone often hides the cause."""
+    lines = text.splitlines()
+    picked: list[str] = []
+    in_tb = False
+    for line in lines:
+        plain = line.split("[0m", 1)[1].removeprefix(" ") if "[0m" in line else line  # Ray's actor prefix
+        if "Traceback (most recent call last)" in plain:
+            in_tb = True
+        if in_tb or "Error" in plain or "error:" in plain or "FAILED" in plain:
+            picked.append(line)
+        if in_tb and plain and not plain.startswith((" ", "Traceback", "During handling", "The above")):
+            in_tb = False  # the exception's own line ends a traceback
+    out = "\n".join(picked) if picked else "(no traceback or error line in the log)"
+    return out if len(out) <= limit else out[:limit // 2] + "\n...\n" + out[-limit // 2 :]
 
 
 def read_jsonl(path: str) -> list[dict]:
