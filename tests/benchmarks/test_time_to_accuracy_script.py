@@ -77,10 +77,14 @@ def test_a_run_the_training_script_refuses_stops_the_benchmark():
 def test_an_arm_can_have_its_own_step_count():
     runs = commands(SEEDS="1", ARMS="grpo shrink:300 refill:200", STEPS="120")
     assert [(arm, value(cmd, "--dppo.max_steps")) for arm, _, cmd in runs] == [
-        ("grpo", "120"), ("shrink", "300"), ("refill", "200")
+        ("grpo", "120"),
+        ("shrink", "300"),
+        ("refill", "200"),
     ]
     assert [value(cmd, "--ckpt.output_dir") for _, _, cmd in runs] == [
-        "runs/tta/grpo_s1", "runs/tta/shrink_s1", "runs/tta/refill_s1"
+        "runs/tta/grpo_s1",
+        "runs/tta/shrink_s1",
+        "runs/tta/refill_s1",
     ]
     res = run(ARMS="grpo shrink:lots")
     assert res.returncode == 2 and "arm 'shrink:lots'" in res.stderr and res.stdout == ""

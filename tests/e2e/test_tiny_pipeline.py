@@ -107,7 +107,7 @@ def log_errors(text: str, limit: int = 8000) -> str:
         if in_tb and plain and not plain.startswith((" ", "Traceback", "During handling", "The above")):
             in_tb = False  # the exception's own line ends a traceback
     out = "\n".join(picked) if picked else "(no traceback or error line in the log)"
-    return out if len(out) <= limit else out[:limit // 2] + "\n...\n" + out[-limit // 2 :]
+    return out if len(out) <= limit else out[: limit // 2] + "\n...\n" + out[-limit // 2 :]
 
 
 def read_jsonl(path: str) -> list[dict]:
