@@ -6,6 +6,8 @@
 #   shrink   DPPO r_q = r_o = 0.5, --dppo.prompt_batch shrink (a step rolls out the kept prompts only)
 #   refill   DPPO r_q = r_o = 0.5, --dppo.prompt_batch refill (about B prompts rolled out per step)
 #   df       GRPO with OpenRLHF's dynamic filtering (DAPO dynamic sampling; the GRESO-style baseline)
+#   shrink-unseen  shrink with --dppo.unseen_prompts mean (the first epoch's prompts pruned at the target
+#            rate too, not all kept)
 # The runs are interleaved (seed 1 of every arm, then seed 2, ...), so slow drift in the machine's load
 # reaches every arm alike. Then `openrlhf-dppo compare` over all runs writes the report (mean and spread
 # over seeds; training time = the sum of step times, start-up and evaluation excluded).
@@ -42,8 +44,9 @@ arm_env() {  # arm -> "ALGO extra-flags..."
     grpo) echo "grpo" ;;
     shrink) echo "dppo --dppo.prompt_batch shrink" ;;
     refill) echo "dppo --dppo.prompt_batch refill" ;;
+    shrink-unseen) echo "dppo --dppo.prompt_batch shrink --dppo.unseen_prompts mean" ;;
     df) echo "grpo --algo.dynamic_filtering_enable --algo.dynamic_filtering_range ${DF_RANGE[*]}" ;;
-    *) echo "unknown arm '$1' (grpo, shrink, refill, df)" >&2; return 2 ;;
+    *) echo "unknown arm '$1' (grpo, shrink, refill, df, shrink-unseen)" >&2; return 2 ;;
   esac
 }
 

@@ -9,7 +9,7 @@ Seams (``OpenRLHF SamplesGenerator``):
   * DPPO (owned, short): ONE prompt draw, rolled out and returned whole. OpenRLHF's version keeps a
     buffer and serves whatever exceeds ``rollout.batch_size x n_samples_per_prompt`` at the next step
     without a new draw; with ``--dppo.prompt_batch refill`` a draw keeps more than B prompts while most
-    are unseen (unseen prompts keep q = 1, e.g. all of epoch 1), and those rollouts would be trained a
+    are unseen (unseen prompts keep q = 1, e.g. all of epoch 1, unless ``--dppo.unseen_prompts mean``), and those rollouts would be trained a
     step late, by the next policy, under the old draw's normaliser. Here there is no buffer: a refill
     step rolls out every kept prompt of its draw (about B once the history knows the prompts, up to
     floor(B / (1 - r_q)) before), with that draw's normalisers. The draw:
@@ -130,10 +130,17 @@ class DPPOSamplesGenerator(SamplesGenerator):
         if not prompts:
             return [], 0, True
         index = torch.tensor([self.prompt_index[p] for p in prompts], dtype=torch.int64)
-        scores = self.history.score(index, group_size=self.args.rollout.n_samples_per_prompt)
+        G = self.args.rollout.n_samples_per_prompt
+        scores = self.history.score(index, group_size=G)
         cfg = self.dppo
+        unseen_score = self.history.mean_seen_score(G) if cfg.unseen_prompts == "mean" else None
         draw, metrics = prune_prompts(
-            scores, cfg.prompt_keep_frac, cfg.q_min, cfg.sampling, step_generator(cfg.seed, self.draws, 0)
+            scores,
+            cfg.prompt_keep_frac,
+            cfg.q_min,
+            cfg.sampling,
+            step_generator(cfg.seed, self.draws, 0),
+            unseen_score=unseen_score,
         )
         self.draws += 1
         kept = draw.mask.nonzero().flatten().tolist()

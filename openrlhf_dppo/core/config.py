@@ -21,6 +21,7 @@ from openrlhf_dppo.core.sampling import SAMPLING_DESIGNS
 from openrlhf_dppo.core.weights import TOKEN_NORMALIZERS
 
 PROMPT_BATCH_MODES = ("shrink", "refill")
+UNSEEN_PROMPT_RULES = ("keep", "mean")
 
 
 class DPPOConfigError(ValueError):
@@ -109,6 +110,14 @@ class DPPOConfig:
         "binary while every reward seen is 0 or 1",
         choices=REWARD_KINDS,
     )
+    unseen_prompts: str = option(
+        "keep",
+        "keep probability of a prompt never rolled out: keep = always kept (q = 1, METHOD.md's rule: the "
+        "first epoch prunes no prompt); mean = scored like an average seen prompt (the mean score over "
+        "every prompt the history has seen, 1 before any) and drawn at the target rate with the rest, "
+        "so the first epoch is pruned too (still unbiased: q > 0 and fixed before the rollout)",
+        choices=UNSEEN_PROMPT_RULES,
+    )
     prompt_batch: str = option(
         "shrink",
         "shrink: a step rolls out only the kept prompts (a smaller, cheaper step); refill: floor(B / (1 - "
@@ -182,7 +191,8 @@ class DPPOConfig:
 
         Every kept prompt of the draw is rolled out in its step: about B with refill once the history
         knows the prompts (exactly round(sum q) with systematic sampling), but up to the whole draw while
-        they are unseen (q = 1: all of epoch 1). The optimizer steps per step stay GRPO's (from B)."""
+        they are unseen (q = 1: all of epoch 1, unless ``unseen_prompts`` is mean). The optimizer steps
+        per step stay GRPO's (from B)."""
         if self.prompt_batch == "refill" and self.prompt_keep_frac < 1.0:
             return max(batch_size, math.floor(batch_size / self.prompt_keep_frac + 1e-9))
         return batch_size

@@ -153,6 +153,15 @@ class PromptHistory:
             s = np.sqrt(np.maximum(self._gather(i, "var"), 0.0))
         return torch.from_numpy(np.where(seen, s, np.inf))
 
+    def mean_seen_score(self, group_size: int | None = None) -> float:
+        """The mean ``score`` over every prompt rolled out so far (1.0 before any): the score an unseen
+        prompt takes under ``--dppo.unseen_prompts mean``. It depends on the history only, so a draw
+        that uses it is still fixed before the step's rollout."""
+        seen = np.flatnonzero(self._a["count"] > 0)
+        if seen.size == 0:
+            return 1.0
+        return float(self.score(seen, group_size).mean())
+
     def _gather(self, i: np.ndarray, field: str) -> np.ndarray:
         a = self._a[field]
         out = np.zeros(i.size, dtype=np.float64)

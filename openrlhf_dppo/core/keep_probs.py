@@ -11,7 +11,9 @@ KL-in-loss or entropy term (such a completion then has zero gradient). Its zero 
 count towards the budget, which stays keep_frac * N.
 
 Prompt level: q = clip(c * s, q_min, 1) over the prompts' scores (``PromptHistory.score``); a score of
-+inf marks a prompt never seen, which is always kept (q = 1) and counts against the budget.
++inf marks a prompt never seen, which is always kept (q = 1) and counts against the budget, unless an
+``unseen_score`` is given: then it takes that score and is drawn like the others
+(``--dppo.unseen_prompts mean``).
 
 Infeasible budgets (reported, never silent):
 - the floors alone exceed the budget (e.g. p_min > keep_frac): every item sits at its floor and the
@@ -29,6 +31,8 @@ Shapes: the functions take (N,) or (R, N); with two dimensions every row is an i
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -98,12 +102,18 @@ def completion_keep_probs(
 
 
 def prompt_keep_probs(
-    scores: torch.Tensor, keep_frac: float, q_min: float = 0.1, valid: torch.Tensor | None = None
+    scores: torch.Tensor,
+    keep_frac: float,
+    q_min: float = 0.1,
+    valid: torch.Tensor | None = None,
+    unseen_score: float | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """Keep probability per drawn prompt: q = clip(c * s, q_min, 1), expected kept == keep_frac * B.
 
     scores: (B,) or (R, B), s >= 0 from ``PromptHistory.score``; +inf marks an unseen prompt (q = 1).
     keep_frac: 1 - prompt_prune_rate, in (0, 1].  q_min: floor in (0, 1].
+    unseen_score: None (unseen prompts keep q = 1), or a finite score >= 0 that unseen prompts take
+      instead (``PromptHistory.mean_seen_score``); they still count in ``dppo/prompt_unseen_frac``.
     returns: q float64 like ``scores``; metrics ``dppo/prompt_keep_frac_expected``,
       ``dppo/prompt_keep_infeasible``, ``dppo/prompt_unseen_frac``.
     """
@@ -113,8 +123,12 @@ def prompt_keep_probs(
     if torch.isnan(S).any() or (S < 0).any():
         raise ValueError("prompt scores must be >= 0 (or +inf for an unseen prompt), no NaN")
     unseen = torch.isinf(S) & v
-    s = torch.where(unseen | ~v, 0.0, S)
-    lo = torch.where(unseen, 1.0, v.to(torch.float64) * q_min)
+    if unseen_score is not None and not (math.isfinite(unseen_score) and unseen_score >= 0):
+        raise ValueError(f"unseen_score must be a finite score >= 0 (or None), got {unseen_score}")
+    scored = unseen if unseen_score is None else torch.zeros_like(unseen)  # the prompts pinned at q = 1
+    s = torch.where(unseen, 0.0 if unseen_score is None else float(unseen_score), S)
+    s = torch.where(v, s, 0.0)
+    lo = torch.where(scored, 1.0, v.to(torch.float64) * q_min)
     n = v.sum(dim=1)
     q, status = solve_clipped_scale(s, lo, keep_frac * n.to(torch.float64))
     q = torch.where(v, q, 0.0)

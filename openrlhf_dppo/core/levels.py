@@ -69,15 +69,16 @@ def prune_prompts(
     design: str,
     generator: torch.Generator,
     multiple_of: int = 1,
+    unseen_score: float | None = None,
 ) -> tuple[Draw, dict]:
-    """scores: (B,) prompt scores (+inf = unseen). returns (Draw over the B drawn prompts, metrics with
+    """scores: (B,) prompt scores (+inf = unseen; ``unseen_score``: see ``prompt_keep_probs``). returns (Draw over the B drawn prompts, metrics with
     ``dppo/prompt_keep_frac`` realised, ``dppo/prompt_keep_frac_expected`` and, for a fixed-size design,
     ``dppo/prompt_fixed_size_fallback|not_multiple`` (``sampling.fixed_size_probs``)).
 
     The draw never keeps nothing (``sample_mask(nonempty=True)``): OpenRLHF's loop would answer an empty
     step by drawing the next batch, which biases the step by 1 / P(non-empty). ``Draw.prob`` is the
     inclusion probability of that never-empty design."""
-    q, m = prompt_keep_probs(scores, keep_frac, q_min)
+    q, m = prompt_keep_probs(scores, keep_frac, q_min, unseen_score=unseen_score)
     mask, q_used, fixed = _draw(q, design, generator, multiple_of, "prompt", nonempty=True)
     m.update(fixed)
     m[PROMPT_KEEP_FRAC_EXPECTED] = float(q_used.sum() / max(q_used.numel(), 1))

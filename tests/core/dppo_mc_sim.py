@@ -73,15 +73,18 @@ def simulate(
     allow_zero: bool = True,
     multiple_of: int = 1,
     seed: int = 0,
+    unseen_score: float | None = None,
 ) -> Result:
-    """level: "both", "prompt" or "completion"; rate: the pruning rate of each active level."""
+    """level: "both", "prompt" or "completion"; rate: the pruning rate of each active level;
+    unseen_score: the score the toy's unseen prompt takes (``--dppo.unseen_prompts mean``), or None
+    (kept with q = 1)."""
     gen = torch.Generator().manual_seed(seed)
     B, G = toy.B, toy.G
     adv, grads = toy.rollouts(R, gen)
     full = grads.sum(dim=(1, 2)) / (B * G)  # (R, K)
     keep = 1.0 - rate
     if level in ("both", "prompt"):
-        q, _ = prompt_keep_probs(toy.scores, keep, q_min=floor)
+        q, _ = prompt_keep_probs(toy.scores, keep, q_min=floor, unseen_score=unseen_score)
         pmask, q_used = sample_mask(q.expand(R, B).contiguous(), design, gen)
         pw = torch.where(pmask, 1.0 / q_used, 0.0)
     else:

@@ -28,6 +28,7 @@ def test_defaults_match_design():
         "history_decay": 0.5,
         "history_prior": 1.0,
         "reward_kind": "auto",
+        "unseen_prompts": "keep",
         "prompt_batch": "shrink",
         "drop_zero_advantage": True,
         "token_normalizer": "ht",
@@ -65,6 +66,7 @@ def test_defaults_match_design():
         ({"history_prior": 0}, "dppo.history_prior=0 must be > 0"),
         ({"reward_kind": "int"}, "dppo.reward_kind='int' is not one of: auto, binary, continuous"),
         ({"prompt_batch": "grow"}, "dppo.prompt_batch='grow' is not one of: shrink, refill"),
+        ({"unseen_prompts": "drop"}, "dppo.unseen_prompts='drop' is not one of: keep, mean"),
         ({"token_normalizer": "kept"}, "dppo.token_normalizer='kept' is not one of: ht, constant"),
         ({"enable": 1}, "dppo.enable=1 must be a bool"),
         ({"drop_zero_advantage": "yes"}, "dppo.drop_zero_advantage='yes' must be a bool"),
@@ -99,7 +101,8 @@ def test_every_field_has_help_and_the_choice_fields_read_their_registry():
         assert f.metadata.get("help"), f.name
     choices = {f.name: f.metadata["choices"] for f in dataclasses.fields(DPPOConfig) if f.metadata["choices"]}
     assert set(choices) == {
-        "completion_policy", "sampling", "packer", "reward_kind", "prompt_batch", "token_normalizer"
+        "completion_policy", "sampling", "packer", "reward_kind", "unseen_prompts", "prompt_batch",
+        "token_normalizer",
     }  # fmt: skip
     from openrlhf_dppo.core import COMPLETION_POLICIES, PACKERS, SAMPLING_DESIGNS
 

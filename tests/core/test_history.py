@@ -112,3 +112,13 @@ def test_input_errors():
     view = h.count
     with pytest.raises(ValueError):
         view[0] = 5  # read-only views
+
+
+def test_mean_seen_score_is_the_score_an_unseen_prompt_takes_under_the_mean_rule():
+    h = PromptHistory(capacity=8, decay=0.5, prior=1.0)
+    assert h.mean_seen_score(4) == 1.0  # nothing seen yet: every prompt alike
+    h.update([3], torch.tensor([[1.0, 0.0, 1.0, 1.0]]), step=1)  # score 64/81 (hand-derived above)
+    h.update([5], torch.ones(1, 4), step=1)  # p_hat = 5/6: 1 - (5/6)^4 - (1/6)^4
+    s5 = 1 - (5 / 6) ** 4 - (1 / 6) ** 4
+    assert h.mean_seen_score(4) == pytest.approx((64 / 81 + s5) / 2)
+    assert torch.isinf(h.score([0])).all()  # the unseen prompt's own score still says "never seen"

@@ -190,3 +190,23 @@ def test_every_policy_is_in_the_flag_help():
     help_text = DPPOConfig.__dataclass_fields__["completion_policy"].metadata["help"]
     for name in COMPLETION_POLICIES.names():
         assert f"{name} ({COMPLETION_POLICIES.help(name)})" in help_text
+
+
+def test_unseen_prompts_can_take_a_score_and_be_drawn_at_the_target_rate():
+    # --dppo.unseen_prompts mean: every prompt unseen (the first step) -> all share one score and the
+    # expected kept fraction is the target, where the default rule keeps them all
+    allnew = torch.full((10,), float("inf"), dtype=torch.float64)
+    q_keep, m_keep = prompt_keep_probs(allnew, 0.5, 0.1)
+    assert torch.equal(q_keep, torch.ones(10, dtype=torch.float64))
+    assert m_keep["dppo/prompt_keep_infeasible"] == 1.0
+    q, m = prompt_keep_probs(allnew, 0.5, 0.1, unseen_score=1.0)
+    assert torch.allclose(q, torch.full((10,), 0.5, dtype=torch.float64))
+    assert m["dppo/prompt_keep_infeasible"] == 0.0 and m["dppo/prompt_unseen_frac"] == 1.0
+    # mixed: the unseen prompt is scaled like a seen prompt of the same score
+    s = torch.tensor([0.2, 0.4, float("inf"), 0.4], dtype=torch.float64)
+    q, m = prompt_keep_probs(s, 0.5, 0.1, unseen_score=0.4)
+    assert float(q[2]) == pytest.approx(float(q[1])) and float(q.sum()) == pytest.approx(2.0)
+    assert m["dppo/prompt_unseen_frac"] == 0.25
+    for bad in (float("inf"), float("nan"), -0.1):
+        with pytest.raises(ValueError, match="unseen_score"):
+            prompt_keep_probs(s, 0.5, 0.1, unseen_score=bad)

@@ -64,6 +64,26 @@ def test_unbiased_and_kept_count_control_detected(toy, level, policy, design, ra
     assert res.var_ratio > 0.95
 
 
+@pytest.mark.parametrize("level,design,rate", [
+    (lvl, d, r) for lvl in ("prompt", "both") for d in DESIGNS for r in (0.5, 0.9)
+])  # fmt: skip
+def test_unseen_prompts_drawn_at_the_mean_score_stay_unbiased(toy, level, design, rate):
+    # --dppo.unseen_prompts mean: the unseen prompt takes the mean score of the seen ones instead of
+    # q = 1, so it can be pruned (and a draw can now be empty: its estimate is then 0, still unbiased)
+    seen = toy.scores[torch.isfinite(toy.scores)]
+    unseen_score = float(seen.mean())
+    q, _ = prompt_keep_probs(toy.scores, 1.0 - rate, q_min=0.05, unseen_score=unseen_score)
+    assert float(q[0]) < 1.0  # the rule is really exercised: the unseen prompt can be dropped
+    m = 2 if design in FIXED_SIZE_DESIGNS else 1
+    n = R_HIGH if (level, rate) == ("both", 0.9) else R
+    res = simulate(
+        toy, n, level, rate, "uniform-low", design, multiple_of=m, seed=_seed("unseen", level, design, rate),
+        unseen_score=unseen_score,
+    )  # fmt: skip
+    assert res.z.abs().max() < 4.0, f"bias detected: z = {res.z.tolist()}"
+    assert res.z_kept_count.abs().max() > 4.0, f"kept-count normaliser not detected: {res.z_kept_count}"
+
+
 def test_zero_advantage_drop_needs_no_kl_term():
     # with a KL/entropy-like term (beta != 0) a completion with A == 0 still has a gradient: giving it
     # p = 0 (allow_zero) is biased and must be detected; keeping the floor p_min is unbiased
