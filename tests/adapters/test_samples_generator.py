@@ -92,6 +92,29 @@ def test_refill_rolls_out_and_returns_every_kept_prompt_of_a_draw_in_its_own_ste
     assert gen.generate_samples(**KW)[::2] == ([], 0)  # 16 prompts: nothing left over
 
 
+def test_unseen_prompts_mean_prunes_the_first_epoch_at_the_target_rate():
+    """--dppo.unseen_prompts mean, all prompts unseen: refill draws 8 and rolls out exactly 4 (q = 0.5
+    each, systematic), where the default keeps all 8; then seen and unseen prompts share one scale."""
+    cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, prompt_batch="refill", unseen_prompts="mean", seed=1)
+    gen, engine, _ = make_generator(cfg, n_prompts=16, seen=False)
+    samples, _, consumed, _ = gen.generate_samples(**KW)
+    ctx = samples.ctx
+    assert consumed == 8 and ctx.draw.drawn == 8 and ctx.draw.kept == 4 == len(set(engine.prompts))
+    assert {d.q for d in ctx.prompts.values()} == {0.5}
+    assert ctx.metrics["dppo/prompt_unseen_frac"] == 1.0 and ctx.metrics["prompts/pruned"] == 4.0
+    assert ctx.metrics["dppo/prompt_keep_frac_expected"] == pytest.approx(0.5)
+
+    cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, unseen_prompts="mean", seed=1)
+    gen, _, history = make_generator(cfg, n_prompts=12, batch=12)  # prompts 6.. unseen
+    samples, _, _, _ = gen.generate_samples(**KW)
+    q = {d.index: d.q for d in samples.ctx.prompts.values()}
+    q_all, _ = prompt_keep_probs(
+        history.score(torch.arange(12), 4), 0.5, 0.1, unseen_score=history.mean_seen_score(4)
+    )
+    assert q and all(v == pytest.approx(float(q_all[i]), rel=1e-12) for i, v in q.items())
+    assert any(i >= 6 for i in q) and all(float(q_all[i]) < 1.0 for i in range(6, 12))
+
+
 def test_an_exhausted_dataloader_ends_the_epoch_without_a_draw():
     gen, engine, _ = make_generator(DPPOConfig(prompt_prune_rate=0.5), n_prompts=4)
     gen.generate_samples(**KW)  # draws all 4 prompts
