@@ -20,7 +20,8 @@
 #
 # Environment: TASK (addition | countdown, train_tiny_cpu.sh's switch), SEEDS, ARMS (each `arm` or
 # `arm:steps`, the second giving that arm its own step count, e.g. about GRPO's training time for an arm
-# whose steps are shorter; runs go to <arm>_s<seed> either way), STEPS (every other arm's; train_tiny_cpu.sh's default, 150), OUT (runs/tta; countdown: runs/tta_countdown), DF_RANGE ("0.01 0.99":
+# whose steps are shorter; runs go to <arm>_s<seed> either way; every arm's --train.num_episodes is sized
+# for the longest arm, so that only --dppo.max_steps differs), STEPS (every other arm's; train_tiny_cpu.sh's default, 150), OUT (runs/tta; countdown: runs/tta_countdown), DF_RANGE ("0.01 0.99":
 # groups whose mean score is outside are dropped and replaced; countdown's score for dynamic filtering is
 # the 0/1 solve indicator, see openrlhf_dppo/rewards/countdown.py), PYTHON (.venv/bin/python),
 # LOCK (unset; when set, each run holds this flock(1) lock file, so other heavy work on a shared machine
@@ -59,9 +60,12 @@ arm_steps() {  # "shrink:300" -> 300, "grpo" -> STEPS (or train_tiny_cpu.sh's de
     *) echo "${STEPS:-}" ;;
   esac
 }
+EPISODE_STEPS=0  # the longest arm's steps: every arm passes the same --train.num_episodes
 for spec in $ARMS; do  # an unknown arm or a bad step count stops here, before any run
-  arm_env "$(arm_name "$spec")" > /dev/null; arm_steps "$spec" > /dev/null
+  arm_env "$(arm_name "$spec")" > /dev/null; n=$(arm_steps "$spec"); n=${n:-150}
+  (( n > EPISODE_STEPS )) && EPISODE_STEPS=$n
 done
+export EPISODE_STEPS
 if [ "${PRINT_CMD:-0}" = 1 ]; then  # each run's training command (train_tiny_cpu.sh's PRINT_CMD)
   for seed in $SEEDS; do
     for arm_spec in $ARMS; do

@@ -15,6 +15,7 @@
 #   ALGO [grpo]          grpo | dppo
 #   SEED [1]             training seed (--train.seed) and DPPO's pruning seed (--dppo.seed)
 #   STEPS [150]          training steps (--dppo.max_steps; enough episodes are passed to cover them)
+#   EPISODE_STEPS [STEPS] the step count --train.num_episodes is sized for (>= STEPS)
 #   LR [1e-3]            actor learning rate (constant, no warm-up)
 #   PROMPTS [64]         prompts per step;  SAMPLES [8]: completions per prompt (temperature 1)
 #   EVAL_STEPS [10]      evaluate the held-out set every this many steps (greedy, 500 prompts)
@@ -75,7 +76,13 @@ if (( POOL < FULL_POOL )); then PROMPT_FILE="$TINY/data/train_$POOL.jsonl"; fi
 # floor(PROMPTS / (1 - r_q)) per step and dynamic filtering draws until PROMPTS groups pass its filter
 # (about 1.8 x PROMPTS here). --dppo.max_steps stops the run at STEPS, so the surplus is never drawn.
 DRAW_FACTOR=4
-EPISODES=$(( (DRAW_FACTOR * STEPS * PROMPTS + POOL - 1) / POOL ))
+# EPISODE_STEPS (default STEPS): the step count the episodes are sized for; benchmarks/time_to_accuracy.sh
+# sets it to its longest arm's, so arms with their own step counts pass the same --train.num_episodes.
+EPISODE_STEPS=${EPISODE_STEPS:-$STEPS}
+if ! [[ "$EPISODE_STEPS" =~ ^[1-9][0-9]*$ ]] || (( EPISODE_STEPS < STEPS )); then
+  echo "EPISODE_STEPS must be a step count >= STEPS ($STEPS), got '$EPISODE_STEPS'" >&2; exit 2
+fi
+EPISODES=$(( (DRAW_FACTOR * EPISODE_STEPS * PROMPTS + POOL - 1) / POOL ))
 
 CMD=("$PY" -m openrlhf_dppo.cli.train_dppo_ray
   --actor.model_name_or_path "$TINY/model"

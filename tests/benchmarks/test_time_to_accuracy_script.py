@@ -16,7 +16,17 @@ def run(**env: str) -> subprocess.CompletedProcess:
         k: v
         for k, v in os.environ.items()
         if k
-        not in ("TASK", "SEEDS", "ARMS", "OUT", "STEPS", "TINY", "PRECISION", "OPENRLHF_DPPO_CPU_PRECISION")
+        not in (
+            "TASK",
+            "SEEDS",
+            "ARMS",
+            "OUT",
+            "STEPS",
+            "EPISODE_STEPS",
+            "TINY",
+            "PRECISION",
+            "OPENRLHF_DPPO_CPU_PRECISION",
+        )  # fmt: skip
     }
     full.update(PRINT_CMD="1", PYTHON="python", PRECISION="bf16")  # auto would ask torch
     full.update(env)
@@ -86,5 +96,6 @@ def test_an_arm_can_have_its_own_step_count():
         "runs/tta/shrink_s1",
         "runs/tta/refill_s1",
     ]
+    assert len({value(cmd, "--train.num_episodes") for _, _, cmd in runs}) == 1  # sized for the longest arm
     res = run(ARMS="grpo shrink:lots")
     assert res.returncode == 2 and "arm 'shrink:lots'" in res.stderr and res.stdout == ""
