@@ -22,20 +22,25 @@ import statistics
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from openrlhf_dppo.metric_keys import EVAL_NUM_SAMPLES, KIND, STEP  # noqa: E402
+from openrlhf_dppo.run_dir import METRICS  # noqa: E402
+
 
 def eval_points(run: str, metric: str) -> list[tuple[int, float, int]]:
     """(step, accuracy, prompts evaluated) of every evaluation in ``run``/metrics.jsonl, by step."""
-    path = Path(run) / "metrics.jsonl"
+    path = Path(run) / METRICS
     if not path.is_file():
-        raise SystemExit(f"{run}: no metrics.jsonl (not a run directory)")
+        raise SystemExit(f"{run}: no {METRICS} (not a run directory)")
     points = {}
     with open(path) as f:
         for line in f:
             if not line.strip():
                 continue
             row = json.loads(line)
-            if row.get("kind") == "eval" and metric in row:
-                points[int(row["step"])] = (float(row[metric]), int(row.get("eval_num_samples", 0)))
+            if row.get(KIND) == "eval" and metric in row:
+                points[int(row[STEP])] = (float(row[metric]), int(row.get(EVAL_NUM_SAMPLES, 0)))
     return [(s, acc, n) for s, (acc, n) in sorted(points.items())]
 
 
