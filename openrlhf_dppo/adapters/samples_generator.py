@@ -9,10 +9,10 @@ Seams (``OpenRLHF SamplesGenerator``):
   * DPPO (owned, short): ONE prompt draw, rolled out and returned whole. OpenRLHF's version keeps a
     buffer and serves whatever exceeds ``rollout.batch_size x n_samples_per_prompt`` at the next step
     without a new draw; with ``--dppo.prompt_batch refill`` a draw keeps more than B prompts while most
-    are unseen (unseen prompts keep q = 1, e.g. all of epoch 1, unless ``--dppo.unseen_prompts mean``), and those rollouts would be trained a
-    step late, by the next policy, under the old draw's normaliser. Here there is no buffer: a refill
-    step rolls out every kept prompt of its draw (about B once the history knows the prompts, up to
-    floor(B / (1 - r_q)) before), with that draw's normalisers. The draw:
+    are unseen (unseen prompts keep q = 1, e.g. all of epoch 1, unless ``--dppo.unseen_prompts mean``),
+    and those rollouts would be trained a step late, by the next policy, under the old draw's normaliser.
+    Here there is no buffer: a refill step rolls out every kept prompt of its draw (about B once the
+    history knows the prompts, up to floor(B / (1 - r_q)) before), with that draw's normalisers. The draw:
     1. takes the step's prompt batch from the dataloader (B = ``--rollout.batch_size`` prompts with
        ``shrink``; floor(B / (1 - r_q)) with ``refill``, so that about B are rolled out),
     2. scores them with the prompt history (keyed by dataset index: the dataloader yields prompt text,

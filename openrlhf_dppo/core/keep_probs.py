@@ -125,10 +125,10 @@ def prompt_keep_probs(
     unseen = torch.isinf(S) & v
     if unseen_score is not None and not (math.isfinite(unseen_score) and unseen_score >= 0):
         raise ValueError(f"unseen_score must be a finite score >= 0 (or None), got {unseen_score}")
-    scored = unseen if unseen_score is None else torch.zeros_like(unseen)  # the prompts pinned at q = 1
+    pinned = unseen if unseen_score is None else torch.zeros_like(unseen)  # the prompts kept with q = 1
     s = torch.where(unseen, 0.0 if unseen_score is None else float(unseen_score), S)
     s = torch.where(v, s, 0.0)
-    lo = torch.where(scored, 1.0, v.to(torch.float64) * q_min)
+    lo = torch.where(pinned, 1.0, v.to(torch.float64) * q_min)
     n = v.sum(dim=1)
     q, status = solve_clipped_scale(s, lo, keep_frac * n.to(torch.float64))
     q = torch.where(v, q, 0.0)

@@ -71,8 +71,9 @@ def prune_prompts(
     multiple_of: int = 1,
     unseen_score: float | None = None,
 ) -> tuple[Draw, dict]:
-    """scores: (B,) prompt scores (+inf = unseen; ``unseen_score``: see ``prompt_keep_probs``). returns (Draw over the B drawn prompts, metrics with
-    ``dppo/prompt_keep_frac`` realised, ``dppo/prompt_keep_frac_expected`` and, for a fixed-size design,
+    """scores: (B,) prompt scores (+inf = unseen; ``unseen_score``: see ``prompt_keep_probs``).
+    returns (Draw over the B drawn prompts, metrics with ``dppo/prompt_keep_frac`` realised,
+    ``dppo/prompt_keep_frac_expected`` and, for a fixed-size design,
     ``dppo/prompt_fixed_size_fallback|not_multiple`` (``sampling.fixed_size_probs``)).
 
     The draw never keeps nothing (``sample_mask(nonempty=True)``): OpenRLHF's loop would answer an empty
