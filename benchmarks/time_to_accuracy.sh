@@ -21,7 +21,8 @@
 # Environment: TASK (addition | countdown, train_tiny_cpu.sh's switch), SEEDS, ARMS (each `arm` or
 # `arm:steps`, the second giving that arm its own step count, e.g. about GRPO's training time for an arm
 # whose steps are shorter; runs go to <arm>_s<seed> either way; every arm's --train.num_episodes is sized
-# for the longest arm, so that only --dppo.max_steps differs), STEPS (every other arm's; train_tiny_cpu.sh's default, 150), OUT (runs/tta; countdown: runs/tta_countdown), DF_RANGE ("0.01 0.99":
+# for the longest arm, so that only --dppo.max_steps differs), STEPS (every other arm's; 150, as
+# train_tiny_cpu.sh's default), OUT (runs/tta; countdown: runs/tta_countdown), DF_RANGE ("0.01 0.99":
 # groups whose mean score is outside are dropped and replaced; countdown's score for dynamic filtering is
 # the 0/1 solve indicator, see openrlhf_dppo/rewards/countdown.py), PYTHON (.venv/bin/python),
 # LOCK (unset; when set, each run holds this flock(1) lock file, so other heavy work on a shared machine
@@ -52,18 +53,21 @@ arm_env() {  # arm -> "ALGO extra-flags..."
 }
 
 arm_name() { echo "${1%%:*}"; }
-arm_steps() {  # "shrink:300" -> 300, "grpo" -> STEPS (or train_tiny_cpu.sh's default when unset)
+STEPS=${STEPS:-150}
+arm_steps() {  # "shrink:300" -> 300, "grpo" -> STEPS
   case "$1" in
     *:*) local n=${1#*:}
-      if ! [[ "$n" =~ ^[1-9][0-9]*$ ]]; then echo "arm '$1': the step count after ':' must be a positive integer" >&2; return 2; fi
+      if ! [[ "$n" =~ ^[1-9][0-9]*$ ]]; then
+        echo "arm '$1': the step count after ':' must be a positive integer" >&2; return 2
+      fi
       echo "$n" ;;
-    *) echo "${STEPS:-}" ;;
+    *) echo "$STEPS" ;;
   esac
 }
 EPISODE_STEPS=0  # the longest arm's steps: every arm passes the same --train.num_episodes
 for spec in $ARMS; do  # an unknown arm or a bad step count stops here, before any run
-  arm_env "$(arm_name "$spec")" > /dev/null; n=$(arm_steps "$spec"); n=${n:-150}
-  (( n > EPISODE_STEPS )) && EPISODE_STEPS=$n
+  arm_env "$(arm_name "$spec")" > /dev/null; n=$(arm_steps "$spec")
+  if (( n > EPISODE_STEPS )); then EPISODE_STEPS=$n; fi
 done
 export EPISODE_STEPS
 if [ "${PRINT_CMD:-0}" = 1 ]; then  # each run's training command (train_tiny_cpu.sh's PRINT_CMD)
