@@ -266,3 +266,17 @@ def test_a_broken_weight_sync_is_caught(tiny, tmp_path_factory):
     assert len(run["syncs"]) == 1
     (engine,) = run["syncs"][0]["engines"]
     assert len(engine["mismatched"]) == hf_param_count()  # nothing arrived: every tensor differs
+
+
+def test_log_errors_keeps_tracebacks_through_rays_actor_prefix_and_drops_the_noise():
+    ray = "\x1b[36m(Actor pid=1)\x1b[0m "
+    log = "\n".join([
+        "model printing", f"{ray}Traceback (most recent call last):", f'{ray}  File "x.py", line 1',
+        f"{ray}    foo()", f"{ray}KeyError: 'x'", f"{ray}more printing", "RuntimeError: boom", "the end",
+    ])  # fmt: skip
+    picked = log_errors(log).splitlines()
+    assert [line.split("\x1b[0m ")[-1] for line in picked] == [
+        "Traceback (most recent call last):", '  File "x.py", line 1', "    foo()", "KeyError: 'x'",
+        "RuntimeError: boom",
+    ]  # fmt: skip
+    assert log_errors("all fine") == "(no traceback or error line in the log)"
