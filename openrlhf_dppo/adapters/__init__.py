@@ -29,6 +29,12 @@ Where a host name is replaced (the host calls it by a module-global name and lea
 | ``ppo_actor.ActorPPOTrainer``            | ``DPPOActorTrainer``    | one ``init_model_from_pretrained`` | ``PolicyModelActor`` constructs it by that name inside a long method |
 | ``ppo_trainer.balance_experiences``      | ``trainer.planned_balance`` | one DPPO ``train_step``    | a function, not a method: ``train_step`` calls it by that name; the replacement is stateless and reads the plan from its argument |
 | ``ppo_actor.aggregate_loss``             | its weighted version    | one ``training_step`` with weights | ``training_step`` reduces the KL / entropy terms through that function and passes no per-sequence weight |
+
+The one piece of state an adapter keeps between host calls: ``DPPOActorTrainer._counts`` (actor side),
+what the micro-batches of one ``ppo_train`` call train, added up by each ``training_step`` and read when
+``ppo_train`` returns. The host's ``ppo_train`` calls ``training_step`` in its own loop and keeps only
+per-micro-batch means of what that returns, so an exact count has no other way back; it is reset at the
+start of every ``ppo_train`` and lives no longer than that call.
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ class TrainerFactory:
 def install(cfg, run) -> dict:
     """Install the DPPO classes where OpenRLHF's ``train`` looks them up; returns what was replaced.
 
-    cfg: the CLI's validated ``DPPOConfig``; run: ``run_dir.RunMeta`` (command line, start time).
+    cfg: the CLI's validated ``DPPOConfig``; run: ``run_dir.RunMeta`` (command line, start time, run
+    directory and step limit).
     The trainer is always replaced (it writes the run directory); the policy actor only when DPPO is
     on (``--dppo.enable false`` keeps OpenRLHF's actor: same code path, same numbers).
     """

@@ -16,8 +16,9 @@ One step, top to bottom (OpenRLHF's ``fit`` loop; the ``StepContext`` rides on t
    GRPO: every experience OpenRLHF's maker hands the actors, ``CountingExperienceMaker``).
 3. ``save_logs_and_checkpoints``: one metrics.jsonl line per step; the DPPO state (prompt history,
    draw counters) goes into the checkpoint's client states; ``init_checkpoint_states`` restores it.
-The config is the CLI's validated ``DPPOConfig`` and the run metadata the CLI's ``RunMeta``, both
-passed to the constructor by ``adapters.install`` (never rebuilt from the namespace).
+The config is the CLI's validated ``DPPOConfig`` and the run metadata (command line, start time,
+``--dppo.run_dir``, ``--dppo.max_steps``) the CLI's ``RunMeta``, both passed to the constructor by
+``adapters.install`` (never rebuilt or re-read from the namespace).
 Also: ``evaluate`` writes one eval line per evaluation with ``timing/eval`` (seconds); ``fit`` writes
 status.json and, for a fresh run (not resumed) with evaluation on, evaluates once before step 1 (step
 0). With ``--dppo.enable false`` the generator only observes (counts, reward checks) and OpenRLHF's
@@ -127,7 +128,7 @@ class _DPPOTrainer(_PPOTrainerBase):
                 prior=dppo.history_prior,
                 reward_kind=dppo.reward_kind,
             )
-        self.step_limit = getattr(args.dppo, "max_steps", None)
+        self.step_limit = run.max_steps
         self.samples_generator = DPPOSamplesGenerator(
             strategy=strategy,
             prompts_dataloader=self.prompts_dataloader,
@@ -145,7 +146,7 @@ class _DPPOTrainer(_PPOTrainerBase):
         else:
             self.experience_maker = CountingExperienceMaker(*maker_args)
         self.max_steps = scheduler_steps(args, self.max_steps, self.step_limit)
-        run_path = getattr(args.dppo, "run_dir", None) or args.ckpt.output_dir
+        run_path = run.run_dir or args.ckpt.output_dir
         shown_max = self.step_limit if self.step_limit is not None else self.max_steps
         self.run_dir = RunDir(os.path.abspath(run_path), max_steps=shown_max)
         # the CPU, its bf16 support and the precision: every timing depends on them

@@ -160,14 +160,14 @@ def main(
     except ConfigError as err:
         raise SystemExit(f"train_dppo_ray: --config: {err}") from err
     origin, tree = _load_openrlhf_main()
-    state = SimpleNamespace(cfg=None, result=None, parser=None, training=False)
+    state = SimpleNamespace(cfg=None, opts=None, result=None, parser=None, training=False)
 
     def parse_hook(parser: argparse.ArgumentParser):
         state.parser = add_dppo_arguments(parser)
         prepare_parser(parser)  # on CPU: --ds.param_dtype takes fp32 and defaults to the CPU's choice
         ns = parser.parse_args(argv)
         try:  # before OpenRLHF's validation, whose asserts would hide DPPO's reasons
-            state.cfg, _ = validate(vars(ns), check_inputs=check_inputs)
+            state.cfg, state.opts = validate(vars(ns), check_inputs=check_inputs)
         except FlagError as err:  # the message alone: OpenRLHF's usage text runs to hundreds of lines
             parser.exit(2, f"{parser.prog}: error: {err}\n")
         if state.cfg.enable and not getattr(ns, "train.dynamic_batch_enable"):
@@ -186,7 +186,9 @@ def main(
         from openrlhf_dppo.adapters import install
         from openrlhf_dppo.run_dir import RunMeta
 
-        install(state.cfg, RunMeta(argv=list(argv), start_time=start_time))  # the config validated above
+        opts = state.opts
+        run = RunMeta(argv=list(argv), start_time=start_time, run_dir=opts.run_dir, max_steps=opts.max_steps)
+        install(state.cfg, run)  # the config and run options validated above, passed as they are
         state.result = train_ppo_ray.train(args)
 
     namespace = {"__name__": "__main__", "__file__": origin, PARSE_HOOK: parse_hook, TRAIN_HOOK: train_hook}

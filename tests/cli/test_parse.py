@@ -214,3 +214,25 @@ def test_install_points_openrlhf_at_the_dppo_classes():
         assert set(replaced_classes) == {"PPOTrainer"} and train_ppo_ray.PolicyModelActor is actor
     finally:
         ppo_trainer.PPOTrainer = replaced_classes["PPOTrainer"]
+
+
+def test_the_cli_hands_its_validated_config_and_run_options_to_install(monkeypatch):
+    """The trainer reads --dppo.run_dir and --dppo.max_steps from the RunMeta the CLI passes, never
+    from the namespace: the CLI's validated objects reach ``install`` as they are."""
+    from openrlhf.cli import train_ppo_ray
+
+    import openrlhf_dppo.adapters as adapters
+
+    seen = {}
+    monkeypatch.setattr(cli, "_apply_cpu_compat", lambda args: None)
+    monkeypatch.setattr(adapters, "install", lambda cfg, run: seen.update(cfg=cfg, run=run))
+    monkeypatch.setattr(train_ppo_ray, "train", lambda args: "trained")
+    argv = GRPO + DPPO + ["--dppo.run_dir", "/tmp/dppo_run", "--dppo.max_steps", "12"]
+    assert cli.main(argv, check_inputs=False) == "trained"
+    assert seen["cfg"] == DPPOConfig(
+        prompt_prune_rate=0.3, completion_prune_rate=0.5, completion_policy="proportional", q_min=0.2,
+        p_min=0.05, sampling="systematic", packer="ffd", pack_window=4, seed=7, history_decay=0.7,
+        prompt_batch="refill",
+    )  # fmt: skip
+    run = seen["run"]
+    assert (run.run_dir, run.max_steps, run.argv) == ("/tmp/dppo_run", 12, argv)
