@@ -58,6 +58,12 @@ RUNNING, INTERRUPTED, FINISHED, FAILED = "running", "interrupted", "finished", "
 CANCELLED, REQUEUED = "cancelled", "requeued"
 STATES = (RUNNING, INTERRUPTED, FINISHED, FAILED, CANCELLED, REQUEUED)
 IN_PROGRESS = (RUNNING, INTERRUPTED, REQUEUED)  # the run is not over: a reader shows partial numbers
+# Set (to "1") by a launcher (openrlhf_dppo.launch) for everything it starts: the trainer is then not the
+# one that records how a run ended, and a Ray process that died under it leaves the run "interrupted".
+LAUNCHED_ENV = "OPENRLHF_DPPO_LAUNCHED"
+# Ray's errors for a process of the run that is gone (matched by class name: run_dir imports no Ray)
+RAY_PROCESS_DEATHS = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError",
+                      "NodeDiedError", "LocalRayletDiedError")  # fmt: skip
 
 
 # ---- status.json keys the readers check ----------------------------------------------------------
@@ -201,14 +207,20 @@ def write_status(run_dir: str | os.PathLike, state: str, step: int | None, **ext
     return status
 
 
-def ended_by(err: BaseException) -> tuple[str, str]:
-    """(state, reason) for status.json when training ends with ``err``: "interrupted" for the
-    ``SystemExit`` of a signal (Ray's SIGTERM handler in the trainer actor raises it) or Ctrl-C's
-    ``KeyboardInterrupt`` -- the job is being stopped and its launcher records why -- else "failed"."""
+def ended_by(err: BaseException, launched: bool = False) -> tuple[str, str]:
+    """(state, reason) for status.json when training ends with ``err``.
+
+    "interrupted" (not final: the launcher, if any, records the outcome) for the ``SystemExit`` of a
+    signal (Ray's SIGTERM handler in the trainer actor raises it) or Ctrl-C's ``KeyboardInterrupt``; and,
+    when ``launched`` (``LAUNCHED_ENV`` set), for the death of another Ray process of the run
+    (``RAY_PROCESS_DEATHS``): a cancel or requeue stops every process of the job, and a policy actor or
+    vLLM engine may die before the trainer sees its own signal. Else "failed"."""
     text = " ".join(str(err).split())
     what = f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
     if isinstance(err, (SystemExit, KeyboardInterrupt)):
         return INTERRUPTED, f"the trainer was stopped ({what}); the launcher, if any, records the outcome"
+    if launched and any(c.__name__ in RAY_PROCESS_DEATHS for c in type(err).__mro__):
+        return INTERRUPTED, f"a Ray process of the run died ({what}); the launcher records the outcome"
     return FAILED, what
 
 

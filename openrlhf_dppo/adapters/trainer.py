@@ -244,8 +244,8 @@ class _DPPOTrainer(_PPOTrainerBase):
             if fresh and self._evaluation_on():
                 self.evaluate(0, **self._eval_generate_kwargs())  # the starting point of the curve
             super().fit(global_step)
-        except BaseException as err:  # a stop signal: "interrupted", not final (the launcher records why)
-            state, why = rd.ended_by(err)
+        except BaseException as err:  # a stop: "interrupted", not final (the launcher records why)
+            state, why = rd.ended_by(err, launched=os.environ.get(rd.LAUNCHED_ENV) == "1")
             self.run_dir.status(state, self._last_step, reason=why)
             raise
         reason = None

@@ -28,6 +28,7 @@ from typing import Callable
 from openrlhf_dppo.launch.command import get_flag, run_files_dir
 from openrlhf_dppo.launch.ray_cluster import Rendezvous, free_port, run_head, run_worker
 from openrlhf_dppo.launch.status import Outcome, record, settle, slurm_job_state
+from openrlhf_dppo.run_dir import LAUNCHED_ENV
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,9 @@ def run_node(
     records). A ``Terminated`` raised by the caller's SIGTERM handler while the head runs stops it
     (run_head's teardown stops the trainer and Ray) and counts as an exit by SIGTERM.
     """
+    # Everything started from here (the Ray head or worker, hence every actor, and the driver) knows a
+    # launcher records the outcome: a trainer that sees another Ray process die leaves it to us.
+    os.environ[LAUNCHED_ENV] = "1"
     if task.rank != 0:
         run_worker(rdv, num_cpus=num_cpus, num_gpus=num_gpus, join_timeout_s=join_timeout_s)
         return None

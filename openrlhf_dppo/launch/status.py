@@ -1,7 +1,9 @@
 """What the launcher records in the run's status.json when the trainer process ends without finishing.
 
 The trainer writes status.json while it runs ("running" with its step, "finished", "failed" on an error
-it sees, "interrupted" when a signal stops it: a cancel, a requeue, a preemption). "interrupted" is not
+it sees, "interrupted" when a signal stops it -- a cancel, a requeue, a preemption -- or when another
+Ray process of the run dies, since a launcher runs it: a stop kills the job's processes in any order;
+``run_dir.ended_by``). A "failed" recorded here keeps what the interrupted trainer said. "interrupted" is not
 an outcome (readers take it as in progress, ``run_dir.IN_PROGRESS``) and never replaces the launcher's
 record. The trainer cannot record its own death: `kill -9`, the OOM killer, a cancel or a requeue end
 it without a word. The launcher sees the exit code, and Slurm knows why the job is ending:
@@ -144,6 +146,7 @@ def record(outcome: Outcome, run_dir: str | os.PathLike, ckpt_path: str | os.Pat
         step = newest_checkpoint_step(ckpt_path)
     else:
         step = int(previous["step"])
-    return write_status(
-        run_dir, outcome.state, step, max_steps=previous.get("max_steps"), reason=outcome.reason
-    )
+    reason = outcome.reason
+    if outcome.state == "failed" and previous.get("state") == "interrupted" and previous.get("reason"):
+        reason = f"{reason}; the trainer said: {previous['reason']}"  # e.g. which Ray process died
+    return write_status(run_dir, outcome.state, step, max_steps=previous.get("max_steps"), reason=reason)

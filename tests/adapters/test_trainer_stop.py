@@ -70,3 +70,19 @@ def test_an_error_is_failed_with_its_reason_and_interrupted_never_hides_an_outco
         assert R.read_status(tmp_path)["state"] == outcome
     R.write_status(tmp_path, "running", 5)  # a restart: running again, then stopped again
     assert R.write_status(tmp_path, "interrupted", 5)["state"] == "interrupted"
+
+
+def test_a_dead_ray_process_leaves_a_launched_run_interrupted_and_a_plain_run_failed():
+    # A Slurm cancel stops every process of the job: a policy actor may die before the trainer sees its
+    # own SIGTERM, and the trainer's ray.get then raises Ray's ActorDiedError (or a task error caused
+    # by it). Under a launcher (which records the outcome) that is "interrupted", never a brief
+    # "failed"; without one the trainer's record is the last word, so it stays "failed".
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    died = ActorDiedError()
+    wrapped = RayTaskError("fit", "Traceback ...", died).as_instanceof_cause()
+    for err in (died, wrapped):
+        state, why = R.ended_by(err, launched=True)
+        assert state == "interrupted" and why.startswith("a Ray process of the run died ("), why
+        assert R.ended_by(err, launched=False)[0] == "failed"
+    assert R.ended_by(RuntimeError("reward file broke"), launched=True)[0] == "failed"  # our own error

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.launch import command as C
 from openrlhf_dppo.launch import node as N
 from openrlhf_dppo.launch import ray_cluster as RC
@@ -488,10 +489,18 @@ def test_both_launchers_run_the_one_per_node_flow(tmp_path, monkeypatch, scontro
     # run_node is the only place where rank 0 starts the head and the others join: both entry points
     # go through it (with a stand-in Ray), a worker returns without settling, task 0 settles its exit
     monkeypatch.setenv("SLURM_PROCID", str(rank))
+    monkeypatch.delenv(R.LAUNCHED_ENV, raising=False)  # restored after the test
     calls = []
-    monkeypatch.setattr(N, "run_worker", lambda rdv, **kwargs: calls.append(("worker", kwargs)))
+    launched = []  # what the Ray processes started here (and so every actor and the driver) would see
+
+    def run_worker(rdv, **kwargs):
+        launched.append(os.environ.get(R.LAUNCHED_ENV))
+        calls.append(("worker", kwargs))
+
+    monkeypatch.setattr(N, "run_worker", run_worker)
 
     def run_head(rdv, cmd, on_driver_exit, **kwargs):
+        launched.append(os.environ.get(R.LAUNCHED_ENV))
         calls.append(("head", kwargs))
         on_driver_exit(3)  # the trainer failed with exit code 3, Ray still up
         return 3
@@ -507,6 +516,23 @@ def test_both_launchers_run_the_one_per_node_flow(tmp_path, monkeypatch, scontro
     cmd = C.build_train_command([], run_dir=tmp_path / "run2", entry="x.py").argv
     assert N.main(["run", "--rendezvous-root", str(tmp_path / "rdv"), "--", *cmd]) == (3 if rank == 0 else 0)
     assert [c[0] for c in calls] == ["head" if rank == 0 else "worker"] * 2
+    assert launched == ["1", "1"]  # a trainer under a launcher leaves the outcome to it
     if rank == 0:
         assert _status(job)["state"] == "failed"
         assert json.loads((tmp_path / "run2" / "status.json").read_text())["state"] == "failed"
+
+
+def test_a_failure_keeps_what_the_interrupted_trainer_said(tmp_path):
+    # The trainer of a launched run records "interrupted" when another Ray process of the run dies (a
+    # cancel may kill it first); when the job was not being stopped the launcher's "failed" keeps the
+    # trainer's words (which process died), after its own.
+    R.write_status(
+        tmp_path, "interrupted", 4, max_steps=10, reason="a Ray process of the run died (ActorDiedError: x)"
+    )
+    written = S.record(S.Outcome("failed", "the trainer exited with code 1"), tmp_path, tmp_path / "ckpt")
+    assert written["state"] == "failed" and written["step"] == 4 and written["max_steps"] == 10
+    assert written["reason"] == (
+        "the trainer exited with code 1; the trainer said: a Ray process of the run died (ActorDiedError: x)"
+    )
+    written = S.record(S.Outcome("cancelled", "the job was cancelled"), tmp_path, tmp_path / "ckpt")
+    assert written["reason"] == "the job was cancelled"  # only a failure needs the trainer's words
