@@ -24,6 +24,7 @@ subclass again with the parent's options.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -130,7 +131,8 @@ class DPPOActorTrainer(ppo_actor.ActorPPOTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.replay_buffer = DPPOReplayBuffer.like(self.replay_buffer)
+        # the host's NaiveReplayBuffer, built by the parent, replaced by a DPPO one with its settings
+        self.replay_buffer: DPPOReplayBuffer = DPPOReplayBuffer.like(self.replay_buffer)
 
     def ppo_train(self, kl_ctl: float):
         self._counts = torch.zeros(4, dtype=torch.float64)
@@ -147,7 +149,9 @@ class DPPOActorTrainer(ppo_actor.ActorPPOTrainer):
             return super().training_step(experience, kl_ctl, step, loss_batch_info)
 
 
-_PolicyModelActorBase = unwrap_actor_class(ppo_actor.PolicyModelActor)
+# The Python class behind the host's Ray actor: a class computed at run time, which mypy accepts as a
+# base only when typed Any (the host is untyped, so it would be Any to mypy anyway).
+_PolicyModelActorBase: Any = unwrap_actor_class(ppo_actor.PolicyModelActor)
 
 
 class _DPPOPolicyModelActor(_PolicyModelActorBase):

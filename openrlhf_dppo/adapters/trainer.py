@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from typing import Any
 
 import torch
 from openrlhf.trainer import ppo_trainer
@@ -56,10 +57,11 @@ class AccountingError(RuntimeError):
 def check_accounting(status: dict) -> None:
     """Each unit's generated count must equal trained + pruned + filtered (four independent counts)."""
     for unit in ("tokens", "samples"):
-        parts = {k: status.get(f"{unit}/{k}") for k in ("generated", "trained", "pruned", "filtered")}
-        missing = [k for k, v in parts.items() if v is None]
+        counts = {k: status.get(f"{unit}/{k}") for k in ("generated", "trained", "pruned", "filtered")}
+        missing = [k for k, v in counts.items() if v is None]
         if missing:
             raise AccountingError(f"{unit}: no count of {', '.join(missing)} for this step")
+        parts = {k: v for k, v in counts.items() if v is not None}  # all four, as checked above
         if parts["generated"] != parts["trained"] + parts["pruned"] + parts["filtered"]:
             raise AccountingError(
                 f"{unit}: generated {parts['generated']} != trained {parts['trained']} + pruned "
@@ -104,7 +106,9 @@ def planned_balance(experiences, args):
     return plan.rank_experiences()
 
 
-_PPOTrainerBase = unwrap_actor_class(ppo_trainer.PPOTrainer)
+# The Python class behind the host's Ray actor: a class computed at run time, which mypy accepts as a
+# base only when typed Any (the host is untyped, so it would be Any to mypy anyway).
+_PPOTrainerBase: Any = unwrap_actor_class(ppo_trainer.PPOTrainer)
 
 
 class _DPPOTrainer(_PPOTrainerBase):
@@ -145,7 +149,7 @@ class _DPPOTrainer(_PPOTrainerBase):
             self.experience_maker = DPPOExperienceMaker(*maker_args, dppo=dppo, history=self.history)
         else:
             self.experience_maker = CountingExperienceMaker(*maker_args)
-        self.max_steps = scheduler_steps(args, self.max_steps, self.step_limit)
+        self.max_steps: int = scheduler_steps(args, self.max_steps, self.step_limit)
         run_path = run.run_dir or args.ckpt.output_dir
         shown_max = self.step_limit if self.step_limit is not None else self.max_steps
         self.run_dir = RunDir(os.path.abspath(run_path), max_steps=shown_max)
@@ -191,17 +195,24 @@ class _DPPOTrainer(_PPOTrainerBase):
         self._last_step = global_step
         self.run_dir.status("running", global_step)
 
+    def _dppo_history(self) -> PromptHistory:
+        """The prompt history; DPPO keeps one (and its state is saved and restored) only when enabled."""
+        if self.history is None:
+            raise RuntimeError("no DPPO state without a prompt history: DPPO is off (--dppo.enable false)")
+        return self.history
+
     def dppo_state_dict(self) -> dict:
         return {
-            "history": self.history.state_dict(),
+            "history": self._dppo_history().state_dict(),
             "draws": self.samples_generator.draws,
             "config": self.dppo.asdict(),
         }
 
     def load_dppo_state(self, state: dict) -> None:
-        self.history.load_state_dict(state["history"])
+        history = self._dppo_history()
+        history.load_state_dict(state["history"])
         self.samples_generator.draws = int(state["draws"])
-        logger.info(f"DPPO state restored: {self.history.capacity} prompts, {state['draws']} draws")
+        logger.info(f"DPPO state restored: {history.capacity} prompts, {state['draws']} draws")
 
     def init_checkpoint_states(self):
         """OpenRLHF's checkpoint states, read once per run (``fit`` needs them before OpenRLHF's loop)."""

@@ -111,7 +111,7 @@ def weighted_aggregate(
 
 def full_batch_normalizer(
     token_level: bool,
-    num_prompts: int,
+    num_prompts: float,
     group_size: int,
     prompt_weights: torch.Tensor | None = None,
     prompt_tokens: torch.Tensor | None = None,
@@ -120,7 +120,8 @@ def full_batch_normalizer(
 ) -> tuple[float, dict]:
     """The normaliser Z of the full (unpruned) batch.
 
-    token_level False (seq-mean): Z = num_prompts * group_size, num_prompts = prompts DRAWN.
+    token_level False (seq-mean): Z = num_prompts * group_size, num_prompts = prompts DRAWN (a count;
+      for a filtered subset the Horvitz-Thompson count sum_j 1 / q_j, not a whole number).
     token_level True, "ht": Z = sum_j prompt_weights_j * prompt_tokens_j over the rolled-out prompts;
       prompt_weights (B_kept,) = 1 / q_j; prompt_tokens (B_kept,) = response tokens of all G
       completions of prompt j (pruned completions included).

@@ -55,6 +55,12 @@ class Arm:
         """Does the arm have a smoothed held-out value (a final accuracy) to compare?"""
         return self.curve is not None and self.curve.final is not None
 
+    def measured_curve(self) -> Curve:
+        """The mean held-out curve of a measured arm (``measured``); raises for an arm without one."""
+        if self.curve is None or self.curve.final is None:
+            raise ValueError(f"arm {self.name} has no smoothed held-out value")
+        return self.curve
+
     @property
     def stopped_early(self) -> list[str]:
         """Its runs that finished before the step count they were set to (``report.checks``)."""
@@ -161,11 +167,11 @@ def group_runs(runs: list[Run], explicit: dict[str, str] | None = None) -> list[
     explicit = explicit or {}
     named: dict[str, list[Run]] = {}
     by_config: dict[str, list[list[Run]]] = {}  # config -> arms, each holding distinct seeds
-    order: list[tuple[str, object]] = []
+    order: list[str | list[Run]] = []  # an explicit arm's name, or the runs of an arm by config
     for run in runs:
         if run.name in explicit:
             if explicit[run.name] not in named:
-                order.append(("named", explicit[run.name]))
+                order.append(explicit[run.name])
             named.setdefault(explicit[run.name], []).append(run)
             continue
         arms = by_config.setdefault(arm_key(run.config), [])
@@ -173,11 +179,11 @@ def group_runs(runs: list[Run], explicit: dict[str, str] | None = None) -> list[
         if arm is None:  # a repeat of a seed (or a new config): an arm of its own
             arm = []
             arms.append(arm)
-            order.append(("config", arm))
+            order.append(arm)
         arm.append(run)
     groups = [
-        (key, named[key]) if kind == "named" else (pattern_name([r.name for r in key]), key)
-        for kind, key in order
+        (key, named[key]) if isinstance(key, str) else (pattern_name([r.name for r in key]), key)
+        for key in order
     ]
     names = [n for n, _ in groups]
     return [(n if names.count(n) == 1 else f"{n} #{i + 1}", m) for i, (n, m) in enumerate(groups)]
@@ -193,9 +199,12 @@ def _arm(name: str, members: list[RunSummary], datasets: list[str], window: int)
 
 def compare_arms(base: Arm, other: Arm) -> Comparison:
     f = base.mean_of("generation_share")
-    r_q, r_o = 1.0 - other.mean_of("prompt_keep"), 1.0 - other.mean_of("completion_keep")
+    # the kept fractions are numbers in every run (1.0 without pruning), so their means are too
+    r_q = 1.0 - statistics.fmean(s.prompt_keep for s in other.members)
+    r_o = 1.0 - statistics.fmean(s.completion_keep for s in other.members)
     clamp = lambda x: min(max(x, 0.0), 1.0)  # noqa: E731 - rounding noise only; keep fractions are in [0, 1]
     base_step = base.mean_of("step_time")
+    base_final, other_final = base.final.mean, other.final.mean
     return Comparison(
         baseline=base,
         other=other,
@@ -205,7 +214,11 @@ def compare_arms(base: Arm, other: Arm) -> Comparison:
         ttt_ratios=Spread.of(
             S.ratio_or_none(t, base.ttt) if base.ttt else None for t in other.ttt_seeds.values
         ),
-        final_delta=other.final.mean - base.final.mean if base.measured and other.measured else None,
+        final_delta=(
+            other_final - base_final
+            if base.measured and other.measured and other_final is not None and base_final is not None
+            else None
+        ),
         final_within_spread=within_spread(base.final, other.final),
         ttt_within_spread=within_spread(base.ttt_seeds, other.ttt_seeds),
         f=f,
@@ -218,11 +231,12 @@ def compare_arms(base: Arm, other: Arm) -> Comparison:
 
 def _targets(report_arms: list[Arm], settings: Settings) -> tuple[float | None, str, float | None, str]:
     base = report_arms[0]
+    target: float | None
     if settings.target is not None:
         target, source = settings.target, "--target"
     elif base.measured:
         target, source = (
-            base.curve.final,
+            base.measured_curve().final,
             f"final held-out accuracy of the baseline {base.name} (mean over {len(base.seed_curves)} seed(s))",
         )
     else:

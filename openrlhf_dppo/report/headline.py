@@ -29,21 +29,25 @@ def _noise(within: bool | None, a: Arm, b: Arm, what: str) -> str:
 
 
 def _accuracy(c: Comparison) -> str:
+    """The accuracy clause; only for two measured arms (``Arm.measured``), whose difference is known."""
     b, o = c.baseline, c.other
-    text = f"final held-out accuracy {o.final.mean:.4f} vs {b.final.mean:.4f} ({c.final_delta:+.4f}, "
+    delta = c.final_delta
+    if delta is None:
+        raise ValueError(f"no final accuracy difference between {o.name} and {b.name}")
+    text = f"final held-out accuracy {o.final.mean:.4f} vs {b.final.mean:.4f} ({delta:+.4f}, "
     text += _noise(c.final_within_spread, b, o, "final accuracy")
-    se_b, se_o = b.curve.se(), o.curve.se()
+    se_b, se_o = b.measured_curve().se(), o.measured_curve().se()
     if se_b is not None:
         text += f"; SE of one eval point {se_b:.4f}"
     if c.final_within_spread is None and se_b is not None and se_o is not None:
         # no seed spread: the eval noise is all we can compare the difference with
         se = math.sqrt(se_b**2 + se_o**2)
-        text += f", the difference is {'within' if abs(c.final_delta) <= 2 * se else 'beyond'} twice its SE {se:.4f}"
+        text += f", the difference is {'within' if abs(delta) <= 2 * se else 'beyond'} twice its SE {se:.4f}"
     return text + "; " + _final_span(b, o) + ")"
 
 
 def _span(arm: Arm) -> str:
-    steps = arm.curve.final_steps
+    steps = arm.measured_curve().final_steps
     return str(steps[0]) if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
 
 
@@ -51,16 +55,17 @@ def _final_span(b: Arm, o: Arm) -> str:
     """Which evals the finals are the median of, and the last readings (on a rising curve the
     median of the last three evals trails the last one)."""
     steps = _span(o) if _span(o) == _span(b) else f"{_span(o)} vs {_span(b)}"
-    what = "the eval at step" if o.curve.window == 1 else "the median of the evals at steps"
-    return f"each {what} {steps}, last eval {o.curve.raw[-1]:.4f} vs {b.curve.raw[-1]:.4f}"
+    b_curve, o_curve = b.measured_curve(), o.measured_curve()
+    what = "the eval at step" if o_curve.window == 1 else "the median of the evals at steps"
+    return f"each {what} {steps}, last eval {o_curve.raw[-1]:.4f} vs {b_curve.raw[-1]:.4f}"
 
 
-def _time_to_target(report: Report, c: Comparison) -> str:
+def _time_to_target(c: Comparison, target_value: float) -> str:
     b, o = c.baseline, c.other
-    target = f"{report.target:.4f}"
+    target = f"{target_value:.4f}"
     if b.ttt is None:
         return f"the baseline's mean curve never reaches the target {target}"
-    if b.curve.at_target_from_start(report.target):
+    if b.measured_curve().at_target_from_start(target_value):
         return (
             f"the baseline is at the target {target} from its first smoothed eval point: no time to accuracy"
         )
@@ -68,7 +73,7 @@ def _time_to_target(report: Report, c: Comparison) -> str:
     if o.ttt is None:
         longest = max((s.train_time or 0.0) for s in o.members)
         return f"did not reach the held-out target {target} in {longest:.1f} s of training ({reached})"
-    if o.curve.at_target_from_start(report.target):  # no crossing measured: bounds only
+    if o.measured_curve().at_target_from_start(target_value):  # no crossing measured: bounds only
         text = f"was at the held-out target {target} from its first smoothed eval point ({o.ttt:.1f} s of training, "
         text += f"vs {b.ttt:.1f} s): matched-accuracy ratio at most {c.ttt_ratio:.2f}"
     else:
@@ -88,7 +93,7 @@ def headline(report: Report) -> list[str]:
         if c.baseline.measured and c.other.measured:
             parts.append(_accuracy(c) + ";")
             if report.target is not None:
-                parts.append(_time_to_target(report, c) + ";")
+                parts.append(_time_to_target(c, report.target) + ";")
         else:
             missing = " and ".join(a.name for a in (c.other, c.baseline) if not a.measured)
             parts.append(f"no smoothed held-out value in {missing}: time to accuracy not measured;")

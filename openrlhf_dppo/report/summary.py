@@ -8,6 +8,7 @@ evaluation (``timing/eval``) are reported on their own and are in no time axis.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -92,11 +93,11 @@ def _keep_fraction(rows: list[dict], key: str, num: str, den: str) -> tuple[floa
     """Mean kept fraction over ``rows``: the dppo/* metric, else num/den counts, else 1 (no pruning)."""
     _, values = series(rows, key)
     if values:
-        return S.mean_or_none(values), key
+        return statistics.fmean(values), key
     pairs = [(number(row.get(num)), number(row.get(den))) for row in rows]
     fractions = [n / d for n, d in pairs if n is not None and d]
     if fractions:
-        return S.mean_or_none(fractions), f"{num} / {den}"
+        return statistics.fmean(fractions), f"{num} / {den}"
     return 1.0, "none logged (taken as 1)"
 
 
@@ -116,8 +117,8 @@ def time_at(clock: dict[int, float], step: int) -> float:
 
 def _startups(run: Run) -> tuple[float | None, int, float, str | None]:
     """(start-up of the first process, number of restarts, their summed start-up, a note or None)."""
-    logged = [number(row.get(R.STARTUP_S)) for row in run.train if R.STARTUP_S in row]
-    logged = [v for v in logged if v is not None]
+    values = [number(row.get(R.STARTUP_S)) for row in run.train if R.STARTUP_S in row]
+    logged = [v for v in values if v is not None]
     first = run.train[0] if run.train else {}
     if number(first.get(R.STARTUP_S)) is not None:
         return logged[0], len(logged) - 1, sum(logged[1:]), None
@@ -130,8 +131,9 @@ def _startups(run: Run) -> tuple[float | None, int, float, str | None]:
 
 def _wall_clock(run: Run) -> float | None:
     """Wall time of the last step, continued across restarts (wall_time restarts at 0 on a resume)."""
-    walls = [number(row.get(R.WALL_TIME)) for row in run.train]
-    if not walls or None in walls:
+    logged = [number(row.get(R.WALL_TIME)) for row in run.train]
+    walls = [w for w in logged if w is not None]
+    if not walls or len(walls) < len(logged):
         return None
     offset, previous = 0.0, None
     for wall in walls:
@@ -148,8 +150,9 @@ def heldout_curve(run: Run, datasets: list[str], clock: dict[int, float], window
     keys = [R.pass1_key(d) for d in datasets]
     steps, times, raw, counts = [], [], [], []
     for row in run.evals:
-        values = [number(row.get(k)) for k in keys]
-        if not keys or None in values:
+        logged = [number(row.get(k)) for k in keys]
+        values = [v for v in logged if v is not None]
+        if not keys or len(values) < len(logged):
             continue
         steps.append(row[R.STEP])
         own = number(row.get(R.TRAIN_S))

@@ -75,7 +75,12 @@ def heldout_table(report: Report) -> Table | None:
         ttt = fmt(arm.ttt, ".1f") if arm.curve is not None else NA
         if arm.curve is not None and arm.ttt is None and report.target is not None:
             ttt = "not reached"
-        elif arm.ttt is not None and arm.curve.at_target_from_start(report.target):
+        elif (  # a time to target is measured on the arm's curve at the report's target
+            arm.ttt is not None
+            and arm.curve is not None
+            and report.target is not None
+            and arm.curve.at_target_from_start(report.target)
+        ):
             ttt = f"<= {arm.ttt:.1f} (at its first smoothed point)"
         se = arm.curve.se() if arm.curve is not None else None
         delta, ttt_noise = "baseline", "baseline"
@@ -197,7 +202,11 @@ def eval_rows(report: Report) -> Table | None:
         return None
     names = list(table)
     _, passes = eval_table(report.summaries, "pass@k")
-    ks = {s.run.name: s.run.eval_results.get("k") for s in report.summaries if s.run.name in table}
+    ks = {
+        s.run.name: s.run.eval_results.get("k")
+        for s in report.summaries
+        if s.run.name in table and s.run.eval_results  # in the table: has eval_results.json
+    }
     headers = ["benchmark"] + [f"{n} {m}" for n in names for m in ("avg@k", "pass@k")]
     rows = [[b] + [fmt(t.get(n, {}).get(b), ".4f") for n in names for t in (table, passes)] for b in benches]
     k_text = ", ".join(f"{n}: k={k}" for n, k in ks.items())
@@ -207,7 +216,7 @@ def eval_rows(report: Report) -> Table | None:
 def training_eval_rows(report: Report) -> Table | None:
     """Per run: the held-out curve's last eval point, its smoothed final value (the median of the
     last ``window`` evals, whose steps are named) and the point's SE."""
-    runs = [s for s in report.summaries if s.heldout is not None]
+    runs = [(s.run.name, s.heldout) for s in report.summaries if s.heldout is not None]
     if not runs:
         return None
     headers = [
@@ -220,10 +229,10 @@ def training_eval_rows(report: Report) -> Table | None:
         "training time (s)",
     ]
     rows = [
-        [s.run.name, str(len(s.heldout.steps)), f"{s.heldout.raw[-1]:.4f} ({s.heldout.steps[-1]})"]
-        + [fmt(s.heldout.final, ".4f"), ", ".join(map(str, s.heldout.final_steps)) or NA]
-        + [fmt(s.heldout.se(), ".4f"), f"{s.heldout.times[-1]:.1f}"]
-        for s in runs
+        [name, str(len(curve.steps)), f"{curve.raw[-1]:.4f} ({curve.steps[-1]})"]
+        + [fmt(curve.final, ".4f"), ", ".join(map(str, curve.final_steps)) or NA]
+        + [fmt(curve.se(), ".4f"), f"{curve.times[-1]:.1f}"]
+        for name, curve in runs
     ]
     window = report.settings.eval_window
     return (
