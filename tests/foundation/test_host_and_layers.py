@@ -334,17 +334,15 @@ HOST_MODULES_THAT_PATCH = ["vllm", "vllm.v1.worker.cpu_worker", "openrlhf.traine
 PATCHABLE = ("openrlhf", "vllm", "ray", "deepspeed", "torch", "transformers")
 
 
-def test_importing_any_module_patches_nothing():
-    # With the host prepared (what the entry points do first) and the OpenRLHF modules we extend loaded,
-    # import every module of the package: no attribute of a loaded host module (PATCHABLE) is replaced, no
-    # registry gains an implementation, sys.path and the environment stay as they were. Patches and
-    # registrations belong to install() / prepare_host() / packing.register(), called by entry points.
-    modules = sorted(
-        _module_name(p) for files in _parts().values() for p in files if "flash_attn_stub" not in p.parts
-    )
-    modules = [m for m in modules if m not in IMPORT_PATCHES_KNOWN]
+def _patches_made_by_importing(modules: list[str], env_extra: dict | None = None) -> list[str]:
+    """With the host prepared and the OpenRLHF modules we extend loaded, import ``modules`` in a fresh
+    interpreter and return what the imports changed. The snapshot covers, in every loaded PATCHABLE module:
+    each module attribute (replaced, or new unless its value is a module: importing a submodule sets it on
+    its parent) and each entry of the own __dict__ of every class the module defines (replaced or new);
+    modules loaded only by the imports are not judged. Also: registries of our package gaining an
+    implementation, sys.path and os.environ."""
     code = f"""
-        import importlib, os, sys
+        import importlib, os, sys, types, warnings
         import openrlhf_dppo._host as h
         h.prepare_host()
         for m in {HOST_MODULES + HOST_MODULES_THAT_PATCH!r}:
@@ -361,24 +359,92 @@ def test_importing_any_module_patches_nothing():
                     pass
             return out
 
+        from ray.actor import ActorClass
+
+        def own_dicts(n, k, v):
+            # the own __dict__s module attribute k exposes to patching: a class the module defines; for a
+            # Ray actor class (@ray.remote), the wrapper and the classes of the module it wraps
+            if isinstance(v, type):
+                return {{k: vars(v)}} if v.__module__ == n else {{}}
+            if isinstance(v, ActorClass):
+                wrapped = {{f"{{k}}/{{c.__qualname__}}": vars(c) for c in type(v).__mro__ if c.__module__ == n}}
+                return {{k: vars(v), **wrapped}}
+            return {{}}
+
+        def host_state():
+            # (module, name) and (module, class, name) -> (id of the value, the value is a module)
+            out = {{}}
+            with warnings.catch_warnings():  # isinstance() on deprecated objects warns
+                warnings.simplefilter("ignore")
+                for n, mod in list(sys.modules.items()):
+                    if n.split(".")[0] not in {PATCHABLE!r} or mod is None:
+                        continue
+                    for k, v in list(vars(mod).items()):
+                        out[(n, k)] = (id(v), isinstance(v, types.ModuleType))
+                        for c, d in own_dicts(n, k, v).items():
+                            out.update({{(n, c, a): (id(w), False) for a, w in list(d.items())}})
+            return out
+
         def state():
-            host = {{(n, k): id(v) for n, mod in list(sys.modules.items())
-                    if n.split(".")[0] in {PATCHABLE!r} and mod is not None for k, v in vars(mod).items()}}
             regs = {{f"{{n}}.{{k}}": registered(v) for n, mod in list(sys.modules.items())
                     if n.startswith("openrlhf_dppo") and mod is not None
                     for k, v in vars(mod).items() if isinstance(v, Registry)}}
-            return host, regs, list(sys.path), dict(os.environ)
+            return host_state(), regs, list(sys.path), dict(os.environ)
 
         host, regs, path, env = state()
         for m in {modules!r}:
             importlib.import_module(m)
         host2, regs2, path2, env2 = state()
-        bad = [f"{{n}}.{{k}} replaced" for (n, k), i in host.items() if host2.get((n, k)) != i]
+        owners = {{key[:-1] for key in host}}  # the modules and classes that were there before
+        bad = [f"{{'.'.join(key)}} replaced" for key, (i, _) in host.items() if host2.get(key, (None,))[0] != i]
+        bad += [f"{{'.'.join(key)}} added" for key, (_, is_mod) in host2.items()
+                if key not in host and key[:-1] in owners and not (len(key) == 2 and is_mod)]
         bad += [f"registry {{r}}: {{regs[r]}} -> {{regs2[r]}}" for r in regs if regs2[r] != regs[r]]
         bad += ["sys.path changed"] * (path2 != path) + ["os.environ changed"] * (env2 != env)
         print("patched:" + " | ".join(bad))
         """
-    res = _run(code, {"DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu")})
+    res = _run(code, {"DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", "cpu"), **(env_extra or {})})
     assert res.returncode == 0, res.stderr[-3000:]
     (line,) = [x for x in res.stdout.splitlines() if x.startswith("patched:")]
-    assert line == "patched:", f"importing {line}"
+    return [x for x in line.removeprefix("patched:").split(" | ") if x]
+
+
+def test_importing_any_module_patches_nothing():
+    # Import every module of the package: nothing in a loaded host module (PATCHABLE) is replaced or added,
+    # neither a module attribute nor an entry of a class (see _patches_made_by_importing), no registry gains
+    # an implementation, sys.path and the environment stay as they were. Patches and registrations belong
+    # to install() / prepare_host() / packing.register(), called by entry points.
+    modules = sorted(
+        _module_name(p) for files in _parts().values() for p in files if "flash_attn_stub" not in p.parts
+    )
+    modules = [m for m in modules if m not in IMPORT_PATCHES_KNOWN]
+    bad = _patches_made_by_importing(modules)
+    assert not bad, "importing the package patched: " + " | ".join(bad)
+
+
+def test_the_import_patch_check_sees_replaced_and_added_attributes_of_modules_and_classes(tmp_path):
+    # Control: a module that patches on import is reported, each kind of patch; loading a new host
+    # submodule (which adds it as an attribute of its parent package) is not.
+    (tmp_path / "patches_on_import.py").write_text(
+        textwrap.dedent(
+            """
+            import openrlhf.trainer.ppo_trainer as ppo_trainer
+            import openrlhf.trainer.ppo_utils.samples_generator as sg
+            import openrlhf.utils.config  # not loaded before: a new submodule attribute, legitimately
+
+            ppo_trainer.ADDED_ON_IMPORT = 1
+            ppo_trainer.PPOTrainer.added_on_import = 1  # a Ray actor class
+            ppo_trainer.PPOTrainer.__ray_metadata__.modified_class.fit = lambda self: None  # what actors run
+            sg.SamplesGenerator.generate_samples = lambda self, *a, **k: []
+            """
+        )
+    )
+    bad = _patches_made_by_importing(
+        ["patches_on_import"], {"PYTHONPATH": os.pathsep.join([str(tmp_path), REPO])}
+    )
+    assert sorted(bad) == [
+        "openrlhf.trainer.ppo_trainer.ADDED_ON_IMPORT added",
+        "openrlhf.trainer.ppo_trainer.PPOTrainer.added_on_import added",
+        "openrlhf.trainer.ppo_trainer.PPOTrainer/_modify_class.<locals>.Class.fit replaced",
+        "openrlhf.trainer.ppo_utils.samples_generator.SamplesGenerator.generate_samples replaced",
+    ]
