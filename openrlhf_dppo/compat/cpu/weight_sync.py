@@ -44,6 +44,9 @@ class GlooBroadcastGroup:
             dist.PrefixStore("openrlhf_dppo_weight_sync", store), rank, world_size, timeout
         )
         self._store = store  # keep the server alive on rank 0
+        # with the sync verified: the digest of every tensor this rank sent, in order (verify_weights
+        # takes them, to tell a stale tensor sent from a tensor the engine stored wrongly)
+        self.sent: list[str] | None = [] if os.environ.get(ENV_VERIFY) else None
 
     def broadcast(self, tensor, src: int = 0, stream=None):
         """Broadcast ``tensor`` (any shape, in place) from rank ``src``; ``stream`` is ignored on CPU."""
@@ -59,6 +62,8 @@ class GlooBroadcastGroup:
                 f"trainer -> vLLM weight broadcast failed or timed out after {self.timeout} "
                 f"(rank {self.rank} of {self.world_size}): {e}"
             ) from e
+        if self.sent is not None and self.rank == src:
+            self.sent.append(tensor_digest(tensor))
         return tensor
 
 
@@ -181,6 +186,12 @@ def verify_weights(trainer, path: str, ray, torch) -> dict | None:
         if torch.distributed.get_rank() != 0:
             return None
         ours = {name: tensor_digest(p.data) for name, p in params}
+    # what the broadcast sent, in the order OpenRLHF sends (every parameter, named_parameters order)
+    group = getattr(trainer, "_model_update_group", None)
+    sent_list = list(getattr(group, "sent", None) or [])
+    if getattr(group, "sent", None) is not None:
+        group.sent.clear()
+    sent = dict(zip(ours, sent_list)) if len(sent_list) == len(ours) else {}
     trainer._openrlhf_dppo_syncs = getattr(trainer, "_openrlhf_dppo_syncs", 0) + 1
     record: dict = {
         "sync": trainer._openrlhf_dppo_syncs,
@@ -195,7 +206,13 @@ def verify_weights(trainer, path: str, ray, torch) -> dict | None:
         for w, theirs in enumerate(per_worker):
             mismatched = sorted(n for n in ours if n in theirs and theirs[n] != ours[n])
             missing = sorted(n for n in ours if n not in theirs)
-            record["engines"].append({"engine": i, "worker": w, "mismatched": mismatched, "missing": missing})
+            entry = {"engine": i, "worker": w, "mismatched": mismatched, "missing": missing}
+            if mismatched and sent:
+                # sent == the engine's: the trainer SENT a tensor that is not its parameter now (stale);
+                # else the engine stored something other than what it was sent
+                entry["stale_sent"] = [n for n in mismatched if sent.get(n) == theirs[n]]
+                entry["stored_wrong"] = [n for n in mismatched if sent.get(n) != theirs[n]]
+            record["engines"].append(entry)
     with open(path, "a") as f:
         f.write(json.dumps(record) + "\n")
     bad = [e for e in record["engines"] if e["mismatched"] or e["missing"]]
