@@ -62,6 +62,7 @@ RAY_WORKER_ORDER = [
     "device_mesh",
     "replay_buffer_device",
     "sdpa_for_flash_attn",
+    "zero3_gather",
     "gloo_weight_sync",
     "fp32_param_dtype",
     "verify_sync",
@@ -72,7 +73,7 @@ RAY_WORKER_ORDER = [
 def test_each_site_installs_its_patches_in_table_order(recorded):
     assert cpu.install(cpu.RAY_WORKER) == RAY_WORKER_ORDER
     driver = (
-        RAY_WORKER_ORDER[:5] + ["worker_extension", "fp32_param_dtype", "engine_dtype"] + RAY_WORKER_ORDER[6:]
+        RAY_WORKER_ORDER[:6] + ["worker_extension", "fp32_param_dtype", "engine_dtype"] + RAY_WORKER_ORDER[7:]
     )
     assert cpu.install(cpu.DRIVER) == driver
     assert cpu.install(cpu.VLLM_ENGINE) == ["cuda_stubs", "plain_linear"]

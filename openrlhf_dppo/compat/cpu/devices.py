@@ -115,3 +115,29 @@ def patch_plain_linear() -> None:
         if not getattr(cls.process_weights_after_loading, "_openrlhf_dppo_cpu", False):
             plain._openrlhf_dppo_cpu = True
             cls.process_weights_after_loading = plain
+
+
+def patch_zero3_gather() -> None:
+    """DeepSpeed ranks: a ZeRO-3 gather of several parameters at once gathers them one by one.
+
+    Call site: ``partition_parameters.Init._all_gather`` (``GatheredParameters`` over more than one
+    parameter: OpenRLHF's HF checkpoint save, the weight-sync verification) calls
+    ``_allgather_params_coalesced``, which launches one asynchronous all-gather per parameter and waits
+    for the last one only. With NCCL the earlier ones are done by then (one stream, in order); gloo runs
+    asynchronous work on a pool of threads, so a larger gather launched earlier can still be in flight
+    when its data is read. ``_allgather_params_sequential`` gathers each parameter with a blocking
+    all-gather into the same layout: the same result, complete when read.
+    """
+
+    def patch(module):
+        def factory(original):
+            @functools.wraps(original)
+            def allgather_params_coalesced(self, param_list, hierarchy=0, quantize=False):
+                # the sequential path also gathers quantization scales, so one call serves both lists
+                return self._allgather_params_sequential(param_list, hierarchy=hierarchy)
+
+            return allgather_params_coalesced
+
+        once(module.Init, "_allgather_params_coalesced", factory)
+
+    after_import("deepspeed.runtime.zero.partition_parameters", patch)
