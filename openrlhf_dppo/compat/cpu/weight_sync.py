@@ -45,7 +45,7 @@ class GlooBroadcastGroup:
         )
         self._store = store  # keep the server alive on rank 0
         # with the sync verified: the digest of every tensor this rank sent, in order (verify_weights
-        # takes them, to tell a stale tensor sent from a tensor the engine stored wrongly)
+        # takes them, to tell on a mismatch which side differs from what went over the wire)
         self.sent: list[str] | None = [] if os.environ.get(ENV_VERIFY) else None
 
     def broadcast(self, tensor, src: int = 0, stream=None):
@@ -208,10 +208,11 @@ def verify_weights(trainer, path: str, ray, torch) -> dict | None:
             missing = sorted(n for n in ours if n not in theirs)
             entry = {"engine": i, "worker": w, "mismatched": mismatched, "missing": missing}
             if mismatched and sent:
-                # sent == the engine's: the trainer SENT a tensor that is not its parameter now (stale);
-                # else the engine stored something other than what it was sent
-                entry["stale_sent"] = [n for n in mismatched if sent.get(n) == theirs[n]]
-                entry["stored_wrong"] = [n for n in mismatched if sent.get(n) != theirs[n]]
+                # as_sent: the engine holds what was sent, the trainer's parameter reads otherwise now (a
+                # stale tensor sent, or a wrong reading of its own); not_as_sent: the engine stored
+                # something other than what it was sent
+                entry["as_sent"] = [n for n in mismatched if sent.get(n) == theirs[n]]
+                entry["not_as_sent"] = [n for n in mismatched if sent.get(n) != theirs[n]]
             record["engines"].append(entry)
     with open(path, "a") as f:
         f.write(json.dumps(record) + "\n")
