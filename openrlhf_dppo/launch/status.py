@@ -1,12 +1,13 @@
 """What the launcher records in the run's status.json when the trainer process ends without finishing.
 
 The trainer writes status.json while it runs ("running" with its step, "finished", "failed" on an error
-it sees, "interrupted" when a signal stops it -- a cancel, a requeue, a preemption -- or when another
-Ray process of the run dies, since a launcher runs it: a stop kills the job's processes in any order;
-``run_dir.ended_by``). A "failed" recorded here keeps what the interrupted trainer said. "interrupted" is not
-an outcome (readers take it as in progress, ``run_dir.IN_PROGRESS``) and never replaces the launcher's
-record. The trainer cannot record its own death: `kill -9`, the OOM killer, a cancel or a requeue end
-it without a word. The launcher sees the exit code, and Slurm knows why the job is ending:
+it sees, "interrupted" when a signal stops it -- a cancel, a requeue, a preemption -- or, since a
+launcher runs it, when another Ray process of the run dies: a stop kills the job's processes in any
+order; ``run_dir.ended_by``). "interrupted" is not an outcome (readers take it as in progress,
+``run_dir.IN_PROGRESS``) and never replaces the launcher's record; a "failed" recorded here keeps what
+the interrupted trainer said. The trainer cannot record its own death: `kill -9`, the OOM killer, a
+cancel or a requeue end it without a word. The launcher sees the exit code, and Slurm knows why the job
+is ending:
 
 | trainer exit | Slurm job state               | requeue asked for by             | status.json (reason)           | then                       |
 |--------------|-------------------------------|----------------------------------|--------------------------------|----------------------------|

@@ -186,12 +186,10 @@ def verify_weights(trainer, path: str, ray, torch) -> dict | None:
         if torch.distributed.get_rank() != 0:
             return None
         ours = {name: tensor_digest(p.data) for name, p in params}
-    # what the broadcast sent, in the order OpenRLHF sends (every parameter, named_parameters order)
-    group = getattr(trainer, "_model_update_group", None)
-    sent_list = list(getattr(group, "sent", None) or [])
-    if getattr(group, "sent", None) is not None:
-        group.sent.clear()
+    # what this sync's broadcast sent, in OpenRLHF's order (every parameter, named_parameters order)
+    sent_list = getattr(getattr(trainer, "_model_update_group", None), "sent", None) or []
     sent = dict(zip(ours, sent_list)) if len(sent_list) == len(ours) else {}
+    sent_list.clear()  # the next sync starts afresh
     trainer._openrlhf_dppo_syncs = getattr(trainer, "_openrlhf_dppo_syncs", 0) + 1
     record: dict = {
         "sync": trainer._openrlhf_dppo_syncs,
