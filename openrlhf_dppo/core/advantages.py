@@ -5,12 +5,16 @@ Implemented, for rewards of shape (n_groups, G):
     group_norm:  A = (r - mean) / (std + eps)     std unbiased (Bessel) by default, eps = 1e-9
     dr_grpo:     A = r - mean
 
-With the defaults this reproduces OpenRLHF 0.11.2 (``experience_maker.py``, the ``group_norm`` and
-``dr_grpo`` branches) bit for bit on float32 and float64 input. Departure: a group of one (G == 1) gets
-advantage 0 (there is no baseline); OpenRLHF would produce NaN there from the unbiased std of one value.
-A group whose rewards are all equal gets (r - mean) / eps, which is exactly 0 whenever the mean is exact
-(always for 0/1 rewards); for other values it is the rounding error of the mean divided by eps, as in
-OpenRLHF (kept on purpose so that the two agree exactly).
+With the defaults these are OpenRLHF 0.11.2's formulas (``experience_maker.py``, the ``group_norm`` and
+``dr_grpo`` branches), taken in float64 and returned in the input's dtype (at least float32).
+Departures: (1) the float64 statistics. OpenRLHF takes them in float32, where a group whose rewards are
+all equal but not exactly representable (countdown's 0.05 for a wrong answer) has a mean off by a few
+1e-9 and a std of the same size, so group_norm gives every member an advantage of order 1 and the same
+sign (-0.75 for eight rewards of 0.05). In float64 the sum of G float32 values is exact, the mean is the
+value, and the advantage is 0 exactly, as in exact arithmetic. The GRPO arm's experience maker
+(``adapters.experience_maker.CountingExperienceMaker``) takes OpenRLHF's statistics in float64 too, so
+both arms compute the same advantages. (2) A group of one (G == 1) gets advantage 0 (there is no
+baseline); OpenRLHF would produce NaN there from the unbiased std of one value.
 
 The advantages must be computed BEFORE completion pruning, on every rolled-out completion: the baseline
 needs every reward of the group.
@@ -35,11 +39,15 @@ def group_advantages(
         raise ValueError(f"rewards must have shape (n_groups, G), got {tuple(rewards.shape)}")
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {estimator!r}; valid: {', '.join(ESTIMATORS)}")
-    r = rewards.to(torch.promote_types(rewards.dtype, torch.float32))
+    out = torch.promote_types(rewards.dtype, torch.float32)
+    # float64 statistics: the sum of G <= 2**29 float32 values is exact there, so a group whose rewards
+    # are all equal has its value as mean and gets 0 exactly. In float32 eight rewards of 0.05 have a
+    # mean off by 3.7e-9 and a std of 4e-9, and group_norm would give each of them -0.75.
+    r = rewards.to(torch.float64)
     if r.shape[1] <= 1:
-        return torch.zeros_like(r)  # (n_groups, 1): no baseline in a group of one
+        return torch.zeros_like(r, dtype=out)  # (n_groups, 1): no baseline in a group of one
     centred = r - r.mean(-1, keepdim=True)
     if estimator == "dr_grpo":
-        return centred  # (n_groups, G)
+        return centred.to(out)  # (n_groups, G)
     std = r.std(-1, keepdim=True, correction=1 if unbiased_std else 0)
-    return centred / (std + eps)  # (n_groups, G)
+    return (centred / (std + eps)).to(out)  # (n_groups, G)

@@ -21,6 +21,7 @@ from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
 from openrlhf_dppo.adapters.dispatch import SAMPLE_WEIGHT
+from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker
 from openrlhf_dppo.core import DPPOConfig, completion_keep_probs, sample_mask, step_generator
 
 pytestmark = pytest.mark.usefixtures("stand_in_ray")
@@ -46,10 +47,7 @@ def test_zero_pruning_reproduces_grpo_advantages_exactly(kl):
     grpo_samples = copy.deepcopy(samples)
     cfg = DPPOConfig(drop_zero_advantage=False)
     ours, _ = make(dppo_maker(args, cfg), samples)
-    actor, ref = groups(args)
-    host = RemoteExperienceMaker(actor, None, None, ref, FixedKLController(args.algo.kl.init_coef),
-                                 SimpleNamespace(args=args), StandInTokenizer())  # fmt: skip
-    theirs = host.make_experience_batch(grpo_samples)
+    theirs = grpo_maker(args).make_experience_batch(grpo_samples)  # the GRPO arm's
     n = len(samples)
     a, b = by_sample(ours, list(range(n))), by_sample(theirs, list(range(n)))
     assert sorted(a) == sorted(b) == list(range(n))
@@ -57,6 +55,38 @@ def test_zero_pruning_reproduces_grpo_advantages_exactly(kl):
         assert torch.equal(a[i][0], b[i][0]), i  # advantages
         assert torch.equal(a[i][1], b[i][1]), i  # returns
         assert torch.equal(a[i][2], b[i][2]), i  # info["return"]
+
+
+def grpo_maker(args, host=CountingExperienceMaker):
+    actor, ref = groups(args)
+    return host(actor, None, None, ref, FixedKLController(args.algo.kl.init_coef), SimpleNamespace(args=args),
+                StandInTokenizer())  # fmt: skip
+
+
+@pytest.mark.parametrize("kl", ["none", "reward"])
+def test_grpo_arm_gives_a_constant_group_of_an_inexact_reward_advantage_zero(kl):
+    """Groups of eight wrong countdown answers (0.05 each) and one group with a solved member: the GRPO
+    arm's experience maker gives the constant groups advantage 0 and the mixed group OpenRLHF's values
+    (up to float32 rounding), as DPPO does; OpenRLHF's own float32 statistics give the constant groups
+    order-1 advantages (the control: the defect this guards against)."""
+    args = args_for(kl=kl)
+    args.rollout.n_samples_per_prompt = G = 8  # float32's mean of four 0.05 happens to be exact
+    rewards = [0.05] * (2 * G) + [1.0] + [0.05] * (G - 1)
+    samples = [rollout(f"prompt {i // G}", 4, 3 + i % 5, r, seed=i) for i, r in enumerate(rewards)]
+    n = len(samples)
+    ours = by_sample(grpo_maker(args).make_experience_batch(tag(copy.deepcopy(samples), G)), list(range(n)))
+    host = grpo_maker(args, RemoteExperienceMaker).make_experience_batch(tag(copy.deepcopy(samples), G))
+    theirs = by_sample(host, list(range(n)))
+    dppo, _ = make(dppo_maker(args, DPPOConfig(drop_zero_advantage=False)), tag(copy.deepcopy(samples), G))
+    dppo_adv = by_sample(dppo, list(range(n)))
+    for i in range(n):
+        assert ours[i][0].dtype == torch.float32
+        assert torch.equal(ours[i][0], dppo_adv[i][0]), i  # both arms alike
+        if i < 2 * G and kl == "none":  # constant groups (with a KL term the KL shaping adds to them)
+            assert torch.equal(ours[i][0], torch.zeros_like(ours[i][0])), i
+            assert float(theirs[i][0].abs().min()) > 0.5, i  # OpenRLHF in float32: -0.75 each
+        elif i >= 2 * G:
+            torch.testing.assert_close(ours[i][0], theirs[i][0], rtol=1e-6, atol=1e-6)
 
 
 def test_pruning_forwards_only_kept_completions_and_folds_the_weights():
@@ -70,7 +100,8 @@ def test_pruning_forwards_only_kept_completions_and_folds_the_weights():
 
     # recompute the decision with core: group advantages of the FULL groups, the same seeded draw
     rewards = torch.cat([s.rewards for s in samples]).reshape(-1, G)
-    adv = ((rewards - rewards.mean(-1, keepdim=True)) / (rewards.std(-1, keepdim=True) + 1e-9)).reshape(-1)
+    r64 = rewards.double()  # group statistics in float64 (core.advantages), returned in float32
+    adv = ((r64 - r64.mean(-1, keepdim=True)) / (r64.std(-1, keepdim=True) + 1e-9)).float().reshape(-1)
     p, _ = completion_keep_probs(adv, 0.5, "proportional", 0.1, allow_zero=True)
     mask, p_used = sample_mask(p, "systematic", step_generator(3, 4, 1), multiple_of=2)
     kept = mask.nonzero().flatten().tolist()
@@ -126,7 +157,8 @@ def test_with_a_kl_term_zero_advantage_completions_keep_a_positive_probability()
     samples = tag(rollout_batch(6, G, seed=5), G)
     maker = dppo_maker(args, DPPOConfig(completion_prune_rate=0.5, p_min=0.2))
     rewards = torch.cat([s.rewards.float() for s in samples]).reshape(-1, G)
-    adv = ((rewards - rewards.mean(-1, keepdim=True)) / (rewards.std(-1, keepdim=True) + 1e-9)).reshape(-1)
+    r64 = rewards.double()  # group statistics in float64 (core.advantages), returned in float32
+    adv = ((r64 - r64.mean(-1, keepdim=True)) / (r64.std(-1, keepdim=True) + 1e-9)).float().reshape(-1)
     p_used = maker._completion_draw(adv, torch.ones_like(adv, dtype=torch.float64), 1, 0)[0].prob
     assert (adv == 0).any()
     assert (p_used[adv == 0] >= 0.2 - 1e-12).all()

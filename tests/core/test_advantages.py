@@ -1,4 +1,4 @@
-"""Group advantages: hand-derived cases and exact agreement with OpenRLHF 0.11.2's formulas."""
+"""Group advantages: hand-derived cases and exact agreement with OpenRLHF 0.11.2's formulas (in float64)."""
 
 import pytest
 import torch
@@ -36,15 +36,32 @@ def test_degenerate_groups(estimator):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("seed", range(4))
-def test_matches_openrlhf_formula_exactly(dtype, seed):
-    # OpenRLHF 0.11.2 experience_maker: group_norm = (r - mean) / (r.std(-1) + 1e-9), dr_grpo = r - mean
+def test_matches_openrlhf_formula_on_float64_statistics(dtype, seed):
+    # OpenRLHF 0.11.2 experience_maker: group_norm = (r - mean) / (r.std(-1) + 1e-9), dr_grpo = r - mean,
+    # here taken in float64 (what the GRPO arm's CountingExperienceMaker does too) and returned in dtype
     g = torch.Generator().manual_seed(seed)
     r = torch.randn(7, 8, generator=g).to(dtype)
-    r[0] = 0.3  # a constant group with an inexact mean: OpenRLHF's tiny non-zero values are kept
-    host_norm = (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + 1e-9)
-    host_dr = r - r.mean(-1, keepdim=True)
+    r[0] = 0.3  # a constant group of a value float32 cannot hold: 0 exactly, see the next test
+    r64 = r.double()
+    host_norm = ((r64 - r64.mean(-1, keepdim=True)) / (r64.std(-1, keepdim=True) + 1e-9)).to(dtype)
+    host_dr = (r64 - r64.mean(-1, keepdim=True)).to(dtype)
     assert torch.equal(group_advantages(r, "group_norm"), host_norm)
     assert torch.equal(group_advantages(r, "dr_grpo"), host_dr)
+    assert group_advantages(r, "group_norm").dtype == dtype
+
+
+@pytest.mark.parametrize("value", [0.05, 0.01, 0.3, 0.1])
+@pytest.mark.parametrize("G", [8, 5, 16])
+def test_constant_group_of_an_inexact_reward_gets_zero(value, G):
+    """countdown's partial credit: a group of G wrong answers, each 0.05 in float32. In float32 its mean
+    is off by a few 1e-9 and group_norm turns that rounding error into advantages of order 1, the same
+    sign for every member (the control below); in float64 statistics they are 0 exactly."""
+    r = torch.full((3, G), value, dtype=torch.float32)
+    for estimator in ("group_norm", "dr_grpo"):
+        assert torch.equal(group_advantages(r, estimator), torch.zeros(3, G))
+    f32 = (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + 1e-9)  # float32 statistics
+    if value == 0.05 and G == 8:
+        assert f32.abs().min() > 0.5  # -0.75 for each member on this torch: the defect, reproduced
 
 
 def test_integer_rewards_promoted_to_float32():
