@@ -16,7 +16,8 @@
 #   SEED [1]             training seed (--train.seed) and DPPO's pruning seed (--dppo.seed)
 #   STEPS [150]          training steps (--dppo.max_steps; enough episodes are passed to cover them)
 #   EPISODE_STEPS [STEPS] the step count --train.num_episodes is sized for (>= STEPS)
-#   LR [1e-3]            actor learning rate (constant, no warm-up)
+#   LR [1e-3, countdown 3e-4]  actor learning rate (constant, no warm-up; countdown's: GRPO fell at 1e-3
+#                        and climbed at 3e-4, benchmarks/RESULTS.md "Second task: countdown")
 #   PROMPTS [64]         prompts per step;  SAMPLES [8]: completions per prompt (temperature 1)
 #   EVAL_STEPS [10]      evaluate the held-out set every this many steps (greedy, 500 prompts)
 #   R_Q, R_O [0.5 0.5]   DPPO's prompt and completion prune rates (dppo only)
@@ -41,13 +42,14 @@ case "$ALGO" in
   *) echo "ALGO must be grpo or dppo, got '$ALGO'" >&2; exit 2 ;;
 esac
 
-# What follows the task: its assets, reward file, completion and sequence lengths (the longest answer
+# What follows the task: its assets, reward file, learning rate, completion and sequence lengths (the longest answer
 # + <eos>; countdown: tiny/countdown.py's MAX_NEW_TOKENS and MAX_LEN) and where its runs go.
 TASK=${TASK:-addition}
 case "$TASK" in
-  addition) TASK_TINY=.cache/tiny; REWARD=arithmetic; MAX_NEW=6; MAX_LEN=16; RUNS_DIR=runs/tiny_cpu ;;
+  addition) TASK_TINY=.cache/tiny; REWARD=arithmetic; MAX_NEW=6; MAX_LEN=16; RUNS_DIR=runs/tiny_cpu
+            TASK_LR=1e-3 ;;
   countdown) TASK_TINY=.cache/tiny-countdown; REWARD=countdown; MAX_NEW=48; MAX_LEN=64
-             RUNS_DIR=runs/tiny_cpu_countdown ;;
+             RUNS_DIR=runs/tiny_cpu_countdown; TASK_LR=3e-4 ;;
   *) echo "TASK must be addition or countdown, got '$TASK'" >&2; exit 2 ;;
 esac
 
@@ -99,7 +101,7 @@ CMD=("$PY" -m openrlhf_dppo.cli.train_dppo_ray
   --train.batch_size $((PROMPTS * SAMPLES)) --train.micro_batch_size 64 --train.seed "$SEED"
   --train.dynamic_batch_enable --train.max_tokens_per_gpu 4096
   --algo.advantage.estimator group_norm --algo.kl.init_coef 0
-  --actor.adam.lr "${LR:-1e-3}" --actor.lr_warmup_ratio 0 --actor.lr_scheduler constant
+  --actor.adam.lr "${LR:-$TASK_LR}" --actor.lr_warmup_ratio 0 --actor.lr_scheduler constant
   --ckpt.output_dir "$OUT" --ckpt.path "$OUT/ckpt"
   "${ALGO_FLAGS[@]}" "$@")
 

@@ -29,8 +29,9 @@ Fewer kept completions than data-parallel ranks (only when nearly everything is 
 with zero-weight fillers (pruned completions, counted as pruned): they are forwarded but add nothing to
 the gradient, and the actor counts them as ``samples|tokens/fillers``, not as trained.
 
-``CountingExperienceMaker`` (GRPO, ``--dppo.enable false``): OpenRLHF's maker unchanged; it counts
-what it hands the actors as ``samples|tokens/trained`` (nothing is pruned).
+``CountingExperienceMaker`` (GRPO, ``--dppo.enable false``): OpenRLHF's maker with its group statistics
+taken in float64 (as ``core.group_advantages`` takes them); it counts what it hands the actors as
+``samples|tokens/trained`` (nothing is pruned).
 """
 
 from __future__ import annotations

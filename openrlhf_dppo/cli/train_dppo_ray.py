@@ -20,7 +20,9 @@ standard-library imports), with two statements replaced -- each must read exactl
    (between the two) becomes a one-line error with status 2, like DPPO's own refusals.
 
 If the script does not have the expected shape (another OpenRLHF version), this fails loudly.
-``--dppo.enable false`` installs only the run-directory writer: every number is OpenRLHF's GRPO.
+``--dppo.enable false`` installs the run-directory writer and OpenRLHF's experience maker with its group
+statistics in float64 (``adapters.experience_maker.CountingExperienceMaker``): every other number is
+OpenRLHF's GRPO.
 """
 
 from __future__ import annotations

@@ -57,8 +57,9 @@ class DPPOConfig:
 
     enable: bool = option(
         True,
-        "true: DPPO; false: exactly OpenRLHF's GRPO run (OpenRLHF's samples generator, experience maker, "
-        "actor and numbers); only the run-directory files are added",
+        "true: DPPO; false: OpenRLHF's GRPO run (OpenRLHF's samples generator, experience maker, actor and "
+        "numbers), with its group statistics taken in float64 as DPPO's are (a group of equal rewards gets "
+        "advantage 0 exactly); only the run-directory files are added",
     )
     prompt_prune_rate: float = option(
         0.0, "target fraction r_q of the drawn prompts pruned before rollout (never generated), in [0, 1)"
