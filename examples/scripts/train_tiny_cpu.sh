@@ -42,8 +42,8 @@ case "$ALGO" in
   *) echo "ALGO must be grpo or dppo, got '$ALGO'" >&2; exit 2 ;;
 esac
 
-# What follows the task: its assets, reward file, learning rate, completion and sequence lengths (the longest answer
-# + <eos>; countdown: tiny/countdown.py's MAX_NEW_TOKENS and MAX_LEN) and where its runs go.
+# What follows the task: its assets, reward file, learning rate, completion and sequence lengths (the
+# longest answer + <eos>; countdown: tiny/countdown.py's MAX_NEW_TOKENS and MAX_LEN) and where its runs go.
 TASK=${TASK:-addition}
 case "$TASK" in
   addition) TASK_TINY=.cache/tiny; REWARD=arithmetic; MAX_NEW=6; MAX_LEN=16; RUNS_DIR=runs/tiny_cpu

@@ -7,7 +7,8 @@ Where each part sits (one overridden seam each; see the module docstrings):
                          before vLLM, one never-empty draw per step (no buffer), the groups dynamic
                          filtering drops, generation counts, reward checks (both arms); the step limit.
 - ``experience_maker``   RemoteExperienceMaker.make_experience_batch(rollouts): full-group advantages,
-                         completion pruning before the forwards, weights folded, normalisers, packing plan.
+                         completion pruning before the forwards, weights folded, normalisers, packing plan;
+                         for GRPO, compute_advantages_and_returns: OpenRLHF's, on float64 rewards.
 - ``trainer``            PPOTrainer (Ray actor, single controller): builds the two above from the CLI's
                          config, rollout statistics, metrics + accounting check + run directory, prompt
                          history in the checkpoints.

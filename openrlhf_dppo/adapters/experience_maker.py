@@ -238,27 +238,20 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
 class CountingExperienceMaker(RemoteExperienceMaker):
     """GRPO: OpenRLHF's experience maker; every experience it hands the actors is trained.
 
-    One departure, in ``compute_advantages_and_returns``: the group statistics are taken in float64 (see
-    ``core.advantages``), so a group whose rewards are all equal gets advantage 0 exactly, as in exact
-    arithmetic, also for rewards that float32 cannot hold exactly (0.05, 0.1, ...)."""
+    One departure, in ``compute_advantages_and_returns``: OpenRLHF's own code runs on float64 rewards, so
+    its group statistics are float64 as in ``core.group_advantages`` (whose docstring says why: a group of
+    equal rewards that float32 cannot hold exactly gets advantage 0, not -0.75); the results come back in
+    the rewards' dtype (at least float32), as OpenRLHF returns them."""
 
     @torch.no_grad()
     def compute_advantages_and_returns(self, experiences):
-        # OpenRLHF promotes rewards to at least float32 and keeps float64; its float32 mean of eight
-        # rewards of 0.05 is off by 3.7e-9 and their std is 4e-9, so group_norm gives every member of
-        # that constant group the advantage -0.75. Sums of a few float32 values are exact in float64,
-        # so there the mean of a constant group is its value and the advantage 0. The results go back
-        # to OpenRLHF's float32.
         dtypes = [torch.promote_types(e.rewards.dtype, torch.float32) for e in experiences]
         for e in experiences:
-            e.rewards = e.rewards.to(torch.float64)
+            e.rewards = e.rewards.to(torch.float64)  # OpenRLHF keeps float64 (it promotes to >= float32)
         experiences = super().compute_advantages_and_returns(experiences)
         for e, dtype in zip(experiences, dtypes):
-            e.rewards = e.rewards.to(dtype)
-            e.returns = e.returns.to(dtype)
-            e.advantages = e.advantages.to(dtype)
-            if isinstance(e.info.get("return"), torch.Tensor):
-                e.info["return"] = e.info["return"].to(dtype)
+            e.rewards, e.returns, e.advantages = (t.to(dtype) for t in (e.rewards, e.returns, e.advantages))
+            e.info["return"] = e.info["return"].to(dtype)
         return experiences
 
     @torch.no_grad()

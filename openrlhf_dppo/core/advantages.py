@@ -11,7 +11,8 @@ Departures: (1) the float64 statistics. OpenRLHF takes them in float32, where a 
 all equal but not exactly representable (countdown's 0.05 for a wrong answer) has a mean off by a few
 1e-9 and a std of the same size, so group_norm gives every member an advantage of order 1 and the same
 sign (-0.75 for eight rewards of 0.05). In float64 the sum of G float32 values is exact, the mean is the
-value, and the advantage is 0 exactly, as in exact arithmetic. The GRPO arm's experience maker
+value, and the advantage is 0 exactly, as in exact arithmetic (the sum of G <= 2**29 float32 values
+is exact in float64). The GRPO arm's experience maker
 (``adapters.experience_maker.CountingExperienceMaker``) takes OpenRLHF's statistics in float64 too, so
 both arms compute the same advantages. (2) A group of one (G == 1) gets advantage 0 (there is no
 baseline); OpenRLHF would produce NaN there from the unbiased std of one value.
@@ -40,10 +41,7 @@ def group_advantages(
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {estimator!r}; valid: {', '.join(ESTIMATORS)}")
     out = torch.promote_types(rewards.dtype, torch.float32)
-    # float64 statistics: the sum of G <= 2**29 float32 values is exact there, so a group whose rewards
-    # are all equal has its value as mean and gets 0 exactly. In float32 eight rewards of 0.05 have a
-    # mean off by 3.7e-9 and a std of 4e-9, and group_norm would give each of them -0.75.
-    r = rewards.to(torch.float64)
+    r = rewards.to(torch.float64)  # float64 statistics: see the module docstring
     if r.shape[1] <= 1:
         return torch.zeros_like(r, dtype=out)  # (n_groups, 1): no baseline in a group of one
     centred = r - r.mean(-1, keepdim=True)

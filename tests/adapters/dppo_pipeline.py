@@ -75,6 +75,13 @@ def dppo_maker(args, cfg):
     )
 
 
+def grpo_maker(args, host=CountingExperienceMaker):
+    """The GRPO arm's experience maker (or, with host=RemoteExperienceMaker, OpenRLHF's own)."""
+    actor, ref = groups(args)
+    kl = FixedKLController(args.algo.kl.init_coef)
+    return host(actor, None, None, ref, kl, SimpleNamespace(args=args), StandInTokenizer())
+
+
 def make(maker, rollouts, step=0, drawn=None, filtered=()):
     """One step through the maker: (experiences, the StepContext it filled). rollouts: from ``tag``;
     drawn: the prompts the generator drew (None: no draw record, as with dynamic filtering's HT count);

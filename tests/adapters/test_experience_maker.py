@@ -7,21 +7,17 @@ the history sees the groups dynamic filtering dropped. (The loss through the pla
 """
 
 import copy
-from types import SimpleNamespace
 
 import pytest
 import torch
-from dppo_pipeline import args_for, dppo_maker, groups, make, tag
+from dppo_pipeline import args_for, dppo_maker, grpo_maker, make, tag
 from dppo_stand_ins import (
-    StandInTokenizer,
     rollout,
     rollout_batch,
 )
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
-from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
 from openrlhf_dppo.adapters.dispatch import SAMPLE_WEIGHT
-from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker
 from openrlhf_dppo.core import DPPOConfig, completion_keep_probs, sample_mask, step_generator
 
 pytestmark = pytest.mark.usefixtures("stand_in_ray")
@@ -55,12 +51,6 @@ def test_zero_pruning_reproduces_grpo_advantages_exactly(kl):
         assert torch.equal(a[i][0], b[i][0]), i  # advantages
         assert torch.equal(a[i][1], b[i][1]), i  # returns
         assert torch.equal(a[i][2], b[i][2]), i  # info["return"]
-
-
-def grpo_maker(args, host=CountingExperienceMaker):
-    actor, ref = groups(args)
-    return host(actor, None, None, ref, FixedKLController(args.algo.kl.init_coef), SimpleNamespace(args=args),
-                StandInTokenizer())  # fmt: skip
 
 
 @pytest.mark.parametrize("kl", ["none", "reward"])

@@ -8,11 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from dppo_pipeline import ACTOR, args_for, dppo_maker, groups, make, tag
-from dppo_stand_ins import StandInTokenizer, rollout_batch
+from dppo_pipeline import ACTOR, args_for, dppo_maker, grpo_maker, make, tag
+from dppo_stand_ins import rollout_batch
 from openrlhf.models import PolicyLoss
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
-from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 from openrlhf.utils.loss_utils import get_loss_batch_info
 
 from openrlhf_dppo.adapters.actor import DPPOReplayBuffer
@@ -136,10 +135,7 @@ def test_loss_and_gradient_are_unbiased_in_expectation_and_the_kept_count_normal
     loss_fn = PolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28)
     theta = torch.tensor(0.3, requires_grad=True)
 
-    actor, _ = groups(args)
-    host = RemoteExperienceMaker(actor, None, None, None, FixedKLController(0.0), SimpleNamespace(args=args),
-                                 StandInTokenizer())  # fmt: skip
-    full = host.make_experience_batch(copy.deepcopy(samples))
+    full = grpo_maker(args, RemoteExperienceMaker).make_experience_batch(copy.deepcopy(samples))
     z_full = float(sum(e.action_mask.sum() for e in full))
     target = sum(
         loss_fn(
@@ -188,10 +184,7 @@ def test_both_levels_together_are_unbiased_for_the_seq_mean_loss():
     samples = rollout_batch(B, G, seed=17, binary=False)
     loss_fn = PolicyLoss(token_level_loss=False)
     theta = torch.tensor(0.3)
-    actor, _ = groups(args)
-    host = RemoteExperienceMaker(actor, None, None, None, FixedKLController(0.0), SimpleNamespace(args=args),
-                                 StandInTokenizer())  # fmt: skip
-    full = host.make_experience_batch(copy.deepcopy(samples))
+    full = grpo_maker(args, RemoteExperienceMaker).make_experience_batch(copy.deepcopy(samples))
     target = sum(
         loss_fn(
             toward_advantage(e, theta),

@@ -53,9 +53,10 @@ def test_matches_openrlhf_formula_on_float64_statistics(dtype, seed):
 @pytest.mark.parametrize("value", [0.05, 0.01, 0.3, 0.1])
 @pytest.mark.parametrize("G", [8, 5, 16])
 def test_constant_group_of_an_inexact_reward_gets_zero(value, G):
-    """countdown's partial credit: a group of G wrong answers, each 0.05 in float32. In float32 its mean
-    is off by a few 1e-9 and group_norm turns that rounding error into advantages of order 1, the same
-    sign for every member (the control below); in float64 statistics they are 0 exactly."""
+    """countdown's partial credit: a group of G equal rewards (a wrong answer scores 0.05) that float32
+    cannot hold exactly. In float32 their mean can be off by a few 1e-9, and group_norm turns that
+    rounding error into advantages of order 1, the same sign for every member (the control below, for
+    eight rewards of 0.05); in float64 statistics they are 0 exactly."""
     r = torch.full((3, G), value, dtype=torch.float32)
     for estimator in ("group_norm", "dr_grpo"):
         assert torch.equal(group_advantages(r, estimator), torch.zeros(3, G))
