@@ -8,6 +8,8 @@
 #   df       GRPO with OpenRLHF's dynamic filtering (DAPO dynamic sampling; the GRESO-style baseline)
 #   shrink-unseen  shrink with --dppo.unseen_prompts mean (the first epoch's prompts pruned at the target
 #            rate too, not all kept)
+#   refill-unseen  refill with --dppo.unseen_prompts mean (about B prompts rolled out from the first step,
+#            not 2B while the prompts are unseen)
 # The runs are interleaved (seed 1 of every arm, then seed 2, ...), so slow drift in the machine's load
 # reaches every arm alike. Then `openrlhf-dppo compare` over all runs writes the report (mean and spread
 # over seeds; training time = the sum of step times, start-up and evaluation excluded).
@@ -49,8 +51,9 @@ arm_env() {  # arm -> "ALGO extra-flags..."
     shrink) echo "dppo --dppo.prompt_batch shrink" ;;
     refill) echo "dppo --dppo.prompt_batch refill" ;;
     shrink-unseen) echo "dppo --dppo.prompt_batch shrink --dppo.unseen_prompts mean" ;;
+    refill-unseen) echo "dppo --dppo.prompt_batch refill --dppo.unseen_prompts mean" ;;
     df) echo "grpo --algo.dynamic_filtering_enable --algo.dynamic_filtering_range ${DF_RANGE[*]}" ;;
-    *) echo "unknown arm '$1' (grpo, shrink, refill, df, shrink-unseen)" >&2; return 2 ;;
+    *) echo "unknown arm '$1' (grpo, shrink, refill, df, shrink-unseen, refill-unseen)" >&2; return 2 ;;
   esac
 }
 

@@ -99,3 +99,16 @@ def test_an_arm_can_have_its_own_step_count():
     assert len({value(cmd, "--train.num_episodes") for _, _, cmd in runs}) == 1  # sized for the longest arm
     res = run(ARMS="grpo shrink:lots")
     assert res.returncode == 2 and "arm 'shrink:lots'" in res.stderr and res.stdout == ""
+
+
+def test_the_unseen_arms_add_the_mean_rule_to_their_prompt_batch_mode():
+    runs = commands(SEEDS="1", ARMS="shrink-unseen refill-unseen refill")
+    flags = {
+        arm: (value(cmd, "--dppo.prompt_batch"), cmd.count("--dppo.unseen_prompts")) for arm, _, cmd in runs
+    }
+    assert flags == {"shrink-unseen": ("shrink", 1), "refill-unseen": ("refill", 1), "refill": ("refill", 0)}
+    for arm, _, cmd in runs:
+        assert value(cmd, "--dppo.enable") == "true"
+        if arm.endswith("-unseen"):
+            assert value(cmd, "--dppo.unseen_prompts") == "mean"
+        assert value(cmd, "--ckpt.output_dir") == f"runs/tta/{arm}_s1"
