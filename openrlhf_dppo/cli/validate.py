@@ -129,8 +129,8 @@ def check_dppo_requirements(flags: dict, cfg: DPPOConfig) -> None:
             f"refill needs --dppo.sampling systematic. It draws {cfg.prompts_drawn(b)} prompts per step "
             f"(--rollout.batch_size {b} / (1 - r_q)) and rolls out every kept one: a fixed kept count makes "
             f"that about {b} (within one) once the history knows the prompts (bernoulli would vary it from step "
-            f"to step). While they are unseen (q = 1, all of epoch 1) a step rolls out up to {cfg.prompts_drawn(b)}, in "
-            "GRPO's number of optimizer steps.",
+            f"to step). While they are unseen (q = 1, all of epoch 1, unless --dppo.unseen_prompts mean) a step "
+            f"rolls out up to {cfg.prompts_drawn(b)}, in GRPO's number of optimizer steps.",
         )
     coef = flags["actor.aux_loss_coef"]
     if coef and coef > 0:

@@ -133,7 +133,8 @@ REFUSED = {
         "--dppo.prompt_batch", "refill needs --dppo.sampling systematic. It draws 8 prompts per step "
         "(--rollout.batch_size 4 / (1 - r_q)) and rolls out every kept one: a fixed kept count makes that about "
         "4 (within one) once the history knows the prompts (bernoulli would vary it from step to step). While "
-        "they are unseen (q = 1, all of epoch 1) a step rolls out up to 8, in GRPO's number of optimizer steps.",
+        "they are unseen (q = 1, all of epoch 1, unless --dppo.unseen_prompts mean) a step rolls out up to 8, in "
+        "GRPO's number of optimizer steps.",
     ),
     # what the run writes: created inside Ray today, so checked here
     "output-dir-under-a-file": (
