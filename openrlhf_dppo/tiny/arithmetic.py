@@ -1,11 +1,13 @@
-"""The warm start's arithmetic, pinned so that every x86-64 CPU with AVX2 builds the same weights.
+"""The warm start's arithmetic: ATen's kernels pinned to AVX2, so that every x86-64 CPU with AVX2 runs them alike.
 
 ``WARM["arithmetic"] == "avx2"`` (``tiny/build.py``): the warm start runs with ATen's kernels and MKL's
-code path pinned to AVX2, which every x86-64 CPU since 2013 has. The same instructions give the same bits
-on every such CPU, so the build is the same with or without AVX-512 or native bf16 (measured bit for bit
-against the emulation of an AVX2-only CPU: benchmarks/RESULTS.md, "Warm start"). Both settings are read
-when torch and MKL load, so a process that does not run under them builds in a child process that does.
-``arithmetic=None``: this process's own kernels (deterministic on one machine only; quick tests).
+code path pinned to AVX2, which every x86-64 CPU since 2013 has. ATen's pinned kernels are the same
+instructions, so the same bits, on every such CPU, with or without AVX-512 or native bf16 (measured
+against the emulation of an AVX2-only CPU: benchmarks/RESULTS.md, "Warm start"). MKL's are not: it picks
+its kernels by CPU model, so an Intel and an AMD CPU differ under the same ``MKL_CBWR``; the warm start's
+rounding of its state (``WARM["state_bits"]``, ``tiny/warm.py``) removes what that changes. Both settings
+are read when torch and MKL load, so a process that does not run under them builds in a child process
+that does. ``arithmetic=None``: this process's own kernels (quick tests).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The supervised warm start of the tiny builds: a fixed number of next-token steps in the model's dtype.
 
 ``warm_start`` is the rule every task's build uses (``tiny/build.py``, ``train_and_save``); why a fixed
-count and float64, and how the arithmetic is pinned so that every CPU gets the same weights, is in
-``tiny/build.py``'s docstring and ``tiny/arithmetic.py``.
+count and float64, and how the arithmetic is pinned and the state rounded so that every CPU gets the same
+weights, is in ``tiny/build.py``'s docstring and ``tiny/arithmetic.py``.
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ def warm_start(model, tok, warm_rows: list[dict], warm: dict, seed: int, probe=N
     A fixed count, not "until a dev reading reaches a target": one greedy reading of 200 prompts has a
     standard error of 0.035 and the supervised curve is steep where we stop, so a stopping reading made
     the start depend on luck. The model trains in ``warm["dtype"]`` with its norms in that dtype too
-    (float64 was meant to keep different CPUs' rounding apart from the result; measured, it does not:
-    see the module docstring). Batches are drawn uniformly with replacement (seeded). ``probe(step, model)``, if given, is called every
+    (float64 alone does not keep different CPUs' rounding out of the result: see the module docstring),
+    and, with ``warm["state_bits"]``, rounds its state after every step (``round_to_bits``). Batches are drawn uniformly with replacement (seeded). ``probe(step, model)``, if given, is called every
     ``warm["log_every"]`` steps (and after the last) for readings that do not change the training.
     Returns ``{"steps": warm["steps"], "final_loss": float}``.
     """
@@ -109,4 +109,40 @@ def _warm_step(model, tok, warm_rows, warm, rng, opt):
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
+    if warm.get("state_bits"):
+        with torch.no_grad():
+            round_to_bits(training_state(model, opt), warm["state_bits"])
     return loss.detach()
+
+
+def training_state(model, opt) -> list:
+    """Every tensor the next step starts from: the parameters and AdamW's two moments (its step count is
+    an exact integer)."""
+    state = list(model.parameters())
+    for p in model.parameters():
+        s = opt.state.get(p, {})
+        state += [s[k] for k in ("exp_avg", "exp_avg_sq") if k in s]
+    return state
+
+
+def round_to_bits(tensors, bits: int) -> None:
+    """Round each float64 tensor in place to ``bits`` significant bits (round to nearest).
+
+    Why (``WARM["state_bits"]``): two CPUs' kernels (MKL's dgemm on Intel and on AMD, say) sum in different
+    orders, so one step's float64 result differs between them in its last bits, and the warm start's chaotic
+    training grows that into a different model. Rounded to a grid 2^(53 - bits) times coarser after every
+    step, the two results land on the same grid point unless one lies within that last-bit difference of
+    a midpoint between two grid points, so the state the next step starts from is the same on both.
+
+    Veltkamp's split: with c = (2^s + 1) x, c - (c - x) is x rounded to 53 - s bits. Three IEEE float64
+    operations, each exact by the standard, so the rounding itself is the same on every CPU."""
+    import torch
+
+    if not 1 <= bits <= 52:
+        raise ValueError(f"state_bits must be in [1, 52], got {bits}")
+    split = float(2 ** (53 - bits) + 1)
+    for t in tensors:
+        if t.dtype != torch.float64:
+            raise TypeError(f"state rounding works on float64 tensors, got {t.dtype}")
+        c = t * split
+        t.copy_(c - (c - t))

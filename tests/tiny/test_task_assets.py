@@ -169,49 +169,70 @@ def _weights(out):
     return load_file(os.path.join(build.paths(out)["model"], "model.safetensors"))
 
 
-def test_a_build_is_the_same_on_a_cpu_without_avx512_or_native_bf16(tmp_path, monkeypatch):
-    """The warm start's arithmetic is pinned to AVX2 in a child process, so a build on an AVX2-only CPU
-    (emulated: ATen's kernels and oneDNN capped at AVX2, as on an AMD Zen 3) has the same weights, bit
-    for bit, as one on this CPU. The control shows the emulation changes the arithmetic: with the pin
-    switched off (``arithmetic=None``: this process's own kernels) the two CPUs' builds differ."""
+def _build_under(tmp_path, name, env, warm):
+    """A build in a child process that computes with exactly ``env``'s kernels (no pinned grandchild);
+    returns (build_info, saved bf16 weights)."""
     import subprocess
     import sys
 
+    out = str(tmp_path / name)
+    spec = json.dumps({"warm": warm, "extra": {}})
+    cmd = [sys.executable, "-m", "openrlhf_dppo.tiny.build", "--out", out, "--spec", spec]
+    clean = {k: v for k, v in os.environ.items() if k not in (*_EMULATE, *arithmetic.PINNED_ENV)}
+    child = {"OPENRLHF_DPPO_TINY_BUILD_CHILD": "1"}
+    subprocess.run(cmd, env={**clean, **env, **child}, check=True, capture_output=True)
+    with open(build.paths(out)["info"]) as f:
+        return json.load(f), _weights(out)
+
+
+_EMULATE = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+# kernels that sum in different orders, as two CPUs' do where ATen's pin cannot reach: MKL's dgemm on its
+# AVX2 and on its SSE2 code path (MKL picks its kernels by CPU model, so an Intel and an AMD CPU run
+# different ones under the same MKL_CBWR), and this machine's own, unpinned kernels. ATen's kernels stay
+# pinned to AVX2: its scalar kernels differ from the vector ones by more than the rounding absorbs.
+_KERNELS = {
+    "pinned": dict(arithmetic.PINNED_ENV),
+    "mkl_sse2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"},
+    "own": {},
+}
+
+
+def test_a_build_is_the_same_whatever_kernels_compute_it(tmp_path):
+    """The warm start rounds its state to WARM["state_bits"] significant bits after every step, so builds
+    whose matrix products sum in different orders (MKL's AVX2 and SSE2 dgemm, this CPU's own kernels) end
+    with the same float64 weights, bit for bit. The control: without the rounding the builds on MKL's two
+    paths differ, so they really do compute differently here (benchmarks/RESULTS.md, "Warm start")."""
     warm = dict(build.WARM, steps=30, log_every=10)  # the default size, 30 steps: seconds
-    emulate = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert warm["state_bits"] == 12
+    rounded = {k: _build_under(tmp_path, f"r_{k}", env, warm) for k, env in _KERNELS.items()}
+    digests = {k: info["warm_start"]["trained_sha256"] for k, (info, _) in rounded.items()}
+    assert len(set(digests.values())) == 1, digests
+    (_, a), *others = rounded.values()
+    assert all(a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a) for _, b in others)
+    info_pinned, _ = rounded["pinned"]
+    assert info_pinned["arithmetic_used"] == {
+        "torch_cpu_capability": "AVX2",
+        "mkl_cbwr": "AVX2",
+        "pinned_avx2": True,
+    }
+    assert rounded["mkl_sse2"][0]["arithmetic_used"]["mkl_cbwr"] == "COMPATIBLE"
 
-    def build_as(name, env, pin):
-        out = str(tmp_path / name)
-        spec = json.dumps({"warm": dict(warm, arithmetic=pin), "extra": {}})
-        cmd = [sys.executable, "-m", "openrlhf_dppo.tiny.build", "--out", out, "--spec", spec]
-        clean = {k: v for k, v in os.environ.items() if k not in (*emulate, *arithmetic.PINNED_ENV)}
-        subprocess.run(cmd, env={**clean, **env}, check=True, capture_output=True)
-        with open(build.paths(out)["info"]) as f:
-            return json.load(f), _weights(out)
+    plain = dict(warm, state_bits=None)
+    unrounded = {k: _build_under(tmp_path, f"u_{k}", env, plain)[0] for k, env in _KERNELS.items()}
+    digests = {k: info["warm_start"]["trained_sha256"] for k, info in unrounded.items()}
+    assert digests["pinned"] != digests["mkl_sse2"], f"MKL's two code paths gave the same weights: {digests}"
 
-    (info_a, a), (info_b, b) = build_as("native", {}, "avx2"), build_as("avx2_only", emulate, "avx2")
-    assert (
-        info_a["arithmetic_used"]
-        == info_b["arithmetic_used"]
-        == {
-            "torch_cpu_capability": "AVX2",
-            "mkl_cbwr": "AVX2",
-            "pinned_avx2": True,
-        }
-    )
+
+def test_a_build_is_the_same_on_a_cpu_without_avx512_or_native_bf16(tmp_path):
+    """The pinned build under the emulation of an AVX2-only CPU (ATen's kernels and oneDNN capped at AVX2,
+    as on an AMD Zen 3) has the same weights, bit for bit, as the pinned build on this CPU."""
+    warm = dict(build.WARM, steps=30, log_every=10)
+    (info_a, a) = _build_under(tmp_path, "native", dict(arithmetic.PINNED_ENV), warm)
+    (info_b, b) = _build_under(tmp_path, "avx2_only", {**_EMULATE, **arithmetic.PINNED_ENV}, warm)
+    assert info_a["arithmetic_used"] == info_b["arithmetic_used"]
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)  # the saved bf16 weights
-    trained = info_a["warm_start"]["trained_sha256"]
-    assert info_b["warm_start"]["trained_sha256"] == trained  # and the float64 weights before the cast
+    assert info_b["warm_start"]["trained_sha256"] == info_a["warm_start"]["trained_sha256"]  # before the cast
     assert info_a["fingerprint"] == info_b["fingerprint"]
-
-    (info_c, _), (info_d, _) = build_as("native_own", {}, None), build_as("avx2_only_own", emulate, None)
-    if info_c["arithmetic_used"]["torch_cpu_capability"] == "AVX2":
-        # this CPU's own kernels are AVX2 already (no AVX-512): the emulation changes nothing here
-        pytest.skip("this CPU has no AVX-512: the control cannot tell two CPUs apart")
-    # after 30 steps the float64 weights differ in their last bits, which the bf16 cast may round away
-    assert info_c["warm_start"]["trained_sha256"] != info_d["warm_start"]["trained_sha256"], (
-        "the emulation did not change the unpinned arithmetic"
-    )
 
 
 def test_a_build_from_an_unpinned_process_runs_in_a_pinned_child(tmp_path, monkeypatch):
@@ -227,3 +248,47 @@ def test_a_build_from_an_unpinned_process_runs_in_a_pinned_child(tmp_path, monke
         str(tmp_path / "t"), seed=0, warm=dict(build.WARM, steps=3), size="xs", log=lambda *_: None
     )
     assert info["arithmetic_used"]["pinned_avx2"] is True
+
+
+def test_state_rounding_is_round_to_nearest_on_a_grid_of_that_many_significant_bits():
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(10_000, dtype=torch.float64, generator=g) * torch.logspace(
+        -8, 2, 10_000, dtype=torch.float64
+    )
+    for bits in (12, 24):
+        y = x.clone()
+        warm_start_mod.round_to_bits([y], bits)
+        mant, exp = torch.frexp(x)  # x = mant * 2^exp, 0.5 <= |mant| < 1
+        scale = torch.pow(torch.tensor(2.0, dtype=torch.float64), exp.double())
+        lo = torch.floor(mant * 2**bits) / 2**bits * scale  # the two grid points around x
+        hi = lo + scale / 2**bits
+        assert bool(((y == lo) | (y == hi)).all())  # y is on the grid, next to x
+        assert bool(((y - x).abs() <= (hi - lo) / 2).all())  # and the nearer of the two
+        again = y.clone()
+        warm_start_mod.round_to_bits([again], bits)
+        assert again.equal(y)  # a grid point stays put
+    y = x.clone()
+    warm_start_mod.round_to_bits([y], 24)
+    assert y.equal(x.float().double())  # 24 bits: float32's own rounding
+    with pytest.raises(ValueError, match="state_bits"):
+        warm_start_mod.round_to_bits([x.clone()], 53)
+    with pytest.raises(TypeError, match="float64"):
+        warm_start_mod.round_to_bits([x.float()], 12)
+
+
+def test_the_warm_start_rounds_the_parameters_and_both_adam_moments():
+    import torch
+
+    model = torch.nn.Linear(4, 3).double()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(torch.randn(5, 4, dtype=torch.float64)).pow(2).sum().backward()
+    opt.step()
+    state = warm_start_mod.training_state(model, opt)
+    assert len(state) == 3 * len(list(model.parameters()))
+    with torch.no_grad():  # as in the warm start's step
+        warm_start_mod.round_to_bits(state, 12)
+    for t in state:
+        mant, _ = torch.frexp(t)
+        assert (mant * 2**12).equal(torch.round(mant * 2**12))
