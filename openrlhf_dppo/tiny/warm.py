@@ -135,7 +135,7 @@ def round_to_bits(tensors, bits: int) -> None:
     a midpoint between two grid points, so the state the next step starts from is the same on both.
 
     Veltkamp's split: with c = (2^s + 1) x, c - (c - x) is x rounded to 53 - s bits. Three IEEE float64
-    operations, each exact by the standard, so the rounding itself is the same on every CPU."""
+    operations, each correctly rounded by the standard, so the rounding itself is the same on every CPU."""
     import torch
 
     if not 1 <= bits <= 52:
