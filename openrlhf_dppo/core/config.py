@@ -123,7 +123,8 @@ class DPPOConfig:
         "shrink",
         "shrink: a step rolls out only the kept prompts (a smaller, cheaper step); refill: floor(B / (1 - "
         "r_q)) prompts are drawn and every kept one is rolled out and trained in that step (about B = "
-        "--rollout.batch_size once the prompts are known, up to floor(B / (1 - r_q)) while most are unseen, "
+        "--rollout.batch_size once the prompts are known, up to floor(B / (1 - r_q)) while most are unseen "
+        "unless --dppo.unseen_prompts mean, "
         "always in GRPO's number of optimizer steps; needs --dppo.sampling systematic)",
         choices=PROMPT_BATCH_MODES,
     )
