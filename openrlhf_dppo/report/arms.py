@@ -96,7 +96,9 @@ class Comparison:
     f: float | None  # baseline generation share (mean over its seeds)
     r_q: float  # measured prune rates of the arm (mean over its seeds)
     r_o: float
-    ideal_ratio: float | None  # lower bound of T_other / T_baseline
+    rollout: float  # g: samples generated per step / the baseline's (1 - r_q where not logged)
+    rollout_measured: bool  # g from samples/generated (False: taken as 1 - r_q)
+    ideal_ratio: float | None  # lower bound of T_other / T_baseline: g (f + (1 - f)(1 - r_o))
     differences: list[Difference] = field(default_factory=list)
 
     @property
@@ -204,6 +206,9 @@ def compare_arms(base: Arm, other: Arm) -> Comparison:
     r_o = 1.0 - statistics.fmean(s.completion_keep for s in other.members)
     clamp = lambda x: min(max(x, 0.0), 1.0)  # noqa: E731 - rounding noise only; keep fractions are in [0, 1]
     base_step = base.mean_of("step_time")
+    # the rollout a step does, relative to the baseline's: refill draws more prompts than it rolls
+    # out, so 1 - r_q is not its rollout (speedup.py, item 3)
+    rollout = S.ratio_or_none(other.mean_of("generated_per_step"), base.mean_of("generated_per_step"))
     base_final, other_final = base.final.mean, other.final.mean
     return Comparison(
         baseline=base,
@@ -224,7 +229,13 @@ def compare_arms(base: Arm, other: Arm) -> Comparison:
         f=f,
         r_q=r_q,
         r_o=r_o,
-        ideal_ratio=S.ideal_step_ratio(clamp(f), clamp(r_q), clamp(r_o)) if f is not None else None,
+        rollout=1.0 - clamp(r_q) if rollout is None else rollout,
+        rollout_measured=rollout is not None,
+        ideal_ratio=(
+            S.rollout_step_ratio(clamp(f), 1.0 - clamp(r_q) if rollout is None else rollout, clamp(r_o))
+            if f is not None
+            else None
+        ),
         differences=arm_differences(base.members[0].run.config, other.members[0].run.config),
     )
 

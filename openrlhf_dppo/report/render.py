@@ -35,10 +35,12 @@ METHOD_NOTES = """\
 - **Matched-accuracy ratio** = an arm's training time to the target / the baseline's (below 1: faster).
 - **Step-time speedup** = mean over the baseline's seeds of the median `timing/step_total` / the same
   for the arm (medians over the steps after the first {warmup} warm-up step(s)).
-- **Ideal speedup** = 1 / ((1 - r_q)(f + (1 - f)(1 - r_o))), the limit of pruning alone
-  (METHOD.md "Ideal speedup"; packing gains come on top). f = median `timing/generation` / median
-  `timing/step_total` of the baseline; r_q = 1 - mean `dppo/prompt_keep_frac`, r_o = 1 - mean
-  `dppo/completion_keep_frac` of the arm after warm-up (configured rates shown as `cfg`).
+- **Ideal speedup** = 1 / (g (f + (1 - f)(1 - r_o))), the limit of pruning alone
+  (METHOD.md "Ideal speedup", whose 1 - r_q is the rollout a step does; packing gains come on top).
+  f = median `timing/generation` / median `timing/step_total` of the baseline; g = the arm's mean
+  `samples/generated` per step / the baseline's (1 - r_q where not logged): 1 - r_q for `shrink`, about 1
+  for `refill`, which draws 2B prompts and rolls out about B; r_q = 1 - mean `dppo/prompt_keep_frac`,
+  r_o = 1 - mean `dppo/completion_keep_frac` of the arm after warm-up (configured rates shown as `cfg`).
 - **Training reward**: `rollout/reward_ht` where logged (the Horvitz-Thompson estimate of the drawn
   batch's mean reward; GRPO's equals its `rollout/reward_mean`), else `rollout/reward_mean`; trailing
   mean over {smooth} steps. It is no held-out measure: the headline does not use it.

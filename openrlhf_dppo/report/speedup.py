@@ -10,7 +10,12 @@ Three numbers answer "was DPPO faster?":
 3. the ideal speedup, the physical limit of pruning (../shared/METHOD.md):
        T_dppo / T_grpo >= (1 - r_q) * (f + (1 - f) * (1 - r_o)),
    f the generation share of a baseline step, r_q / r_o the run's measured prompt / completion
-   pruning rates; the measured speedups are also given as a fraction of 1 / that bound.
+   pruning rates; the measured speedups are also given as a fraction of 1 / that bound. The factor
+   (1 - r_q) stands for the rollout a step does, relative to the baseline's: true where pruned prompts
+   are never rolled out and the kept ones are the whole batch (``shrink``), not where pruning chooses
+   among more prompts drawn than rolled out (``refill`` draws 2B and rolls out about B, as many as
+   GRPO) or where a step rolls out more (dynamic filtering). So the report uses the measured rollout,
+   g = samples generated per step / the baseline's, in its place (``rollout_step_ratio``).
 """
 
 from __future__ import annotations
@@ -59,6 +64,17 @@ def ideal_step_ratio(f: float, prompt_prune_rate: float, completion_prune_rate: 
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{label} must be in [0, 1], got {value}")
     return (1.0 - prompt_prune_rate) * (f + (1.0 - f) * (1.0 - completion_prune_rate))
+
+
+def rollout_step_ratio(f: float, rollout: float, completion_prune_rate: float) -> float:
+    """Lower bound of T_arm / T_baseline from the rollout done: g * (f + (1 - f) * (1 - r_o)).
+
+    rollout: g, the arm's samples generated per step / the baseline's (>= 0; above 1 where a step rolls
+    out more than the baseline's); equal to ``ideal_step_ratio`` with 1 - r_q = g.
+    """
+    if not rollout >= 0.0:
+        raise ValueError(f"g (samples generated per step / the baseline's) must be >= 0, got {rollout}")
+    return ideal_step_ratio(f, 0.0, completion_prune_rate) * rollout
 
 
 def ratio_or_none(num: float | None, den: float | None) -> float | None:

@@ -75,6 +75,7 @@ class RunSummary:
     reward_times: list[float]  # training time
     reward_raw: list[float]
     reward_smoothed: list[float]
+    generated_per_step: float | None  # mean samples/generated after warm-up (None: not logged)
     prompt_keep: float  # measured mean kept fraction of prompts (1.0 without pruning)
     completion_keep: float
     keep_source: str  # which metrics the kept fractions come from
@@ -232,6 +233,7 @@ def summarize(run: Run, settings: Settings) -> RunSummary:
         reward_times=[clock[s] for s in reward_steps],
         reward_raw=reward,
         reward_smoothed=S.moving_average(reward, settings.smooth),
+        generated_per_step=S.mean_or_none(series(used, R.SAMPLES_GENERATED)[1]),
         prompt_keep=prompt_keep,
         completion_keep=completion_keep,
         keep_source=f"prompts: {src_q}, completions: {src_o}",

@@ -176,7 +176,7 @@ def work_table(report: Report) -> Table:
 
 
 def speedup_table(report: Report) -> Table:
-    headers = ["arm", "step-time speedup", "ideal speedup", "step / ideal", "f (baseline)", "r_q", "r_o"]
+    headers = ["arm", "step-time speedup", "ideal speedup", "step / ideal", "f (baseline)", "g", "r_q", "r_o"]
     headers.append("comparable")
     rows = []
     for c in report.comparisons:
@@ -184,14 +184,16 @@ def speedup_table(report: Report) -> Table:
             [c.other.name, _speedup(c), fmt(c.ideal_speedup, ".2f", "x"), fmt(c.step_efficiency, ".0%")]
             + [
                 fmt(c.f, ".3f"),
+                fmt(c.rollout, ".3f") + ("" if c.rollout_measured else " (1 - r_q)"),
                 fmt(c.r_q, ".3f"),
                 fmt(c.r_o, ".3f"),
                 "yes" if c.comparable else "NO (see warnings)",
             ]
         )
     title = (
-        f"Step time vs the baseline {report.baseline.name} (ideal = 1 / ((1 - r_q)(f + (1 - f)(1 - r_o))), "
-        "f from the baseline, r_q / r_o measured in the arm; means over seeds)"
+        f"Step time vs the baseline {report.baseline.name} (ideal = 1 / (g (f + (1 - f)(1 - r_o))), "
+        "f from the baseline, g = the arm's samples generated per step / the baseline's, r_q / r_o measured "
+        "in the arm; means over seeds)"
     )
     return title, headers, rows
 

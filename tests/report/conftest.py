@@ -127,6 +127,10 @@ def dppo_extra() -> dict[int, dict]:
             "tokens/generated": 50.0,
             "tokens/trained": 25.0,
             "tokens/pruned": 25.0,
+            # only the kept prompts are rolled out (shrink): GRPO's 32 samples a step x the kept fraction
+            "samples/generated": 32.0 * PROMPT_KEEP[i],
+            "samples/trained": 32.0 * PROMPT_KEEP[i] * COMPLETION_KEEP[i],
+            "samples/pruned": 32.0 * PROMPT_KEEP[i] * (1.0 - COMPLETION_KEEP[i]),
             "dppo/prompt_keep_frac": PROMPT_KEEP[i],
             "dppo/completion_keep_frac": COMPLETION_KEEP[i],
             "dppo/weight_mean": 1.0,

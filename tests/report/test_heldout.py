@@ -134,11 +134,11 @@ def test_headline_states_the_noise_and_the_censored_seeds(seeds, tmp_path):
         "(seeds 0.28–0.67), 3 of 3 seeds reached it; larger than the seed spread of the time to target;"
         in line
     )
-    # nothing pruned is logged by these runs: r_q = r_o = 0, ideal 1x; a speedup above the ideal is
+    # nothing pruned, the same rollout: g = 1, r_o = 0, ideal 1x; a speedup above the ideal is
     # marked in the sentence and explained in a warning, not reported as a result
     assert line.endswith("1.71x step-time speedup (171% of the ideal 1.00x: above it, see warnings)")
     assert (
-        "dppo_s*'s step-time speedup 1.71x is above the ideal 1.00x that its measured pruning rates allow "
+        "dppo_s*'s step-time speedup 1.71x is above the ideal 1.00x that its measured rollout and pruning rates allow "
         "(171%): pruning alone does not explain it" in " ".join(rep.warnings)
     )
     md = markdown(rep)

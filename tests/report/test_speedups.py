@@ -6,6 +6,7 @@ The runs (conftest.py), 5 steps each, phases = (generation, make_experience, ppo
   GRPO reward         0, .25, .25, .5, .5
   DPPO reward         .25, .25, .5, .5, .75
   DPPO prompt keep    1, .5, .5, .5, .5   completion keep 1, .625, .375, .5, .5
+  samples generated   GRPO 32 a step; DPPO 32 x its prompt keep (it rolls out only the kept prompts)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from openrlhf_dppo.report import Settings, build_report, load_run
 from openrlhf_dppo.report import speedup as S
 from openrlhf_dppo.report.headline import headline
+from openrlhf_dppo.report.tables import speedup_table
 
 TOL = dict(rel=1e-12, abs=1e-12)
 
@@ -37,6 +39,8 @@ def test_step_speedup_generation_share_and_ideal(grpo_dir, dppo_dir):
     assert c.f == pytest.approx(0.5, **TOL)
     # r_q = 1 - mean(.5, .5, .5, .5) = .5; r_o = 1 - mean(.625, .375, .5, .5) = 1 - 2/4 = .5
     assert (c.r_q, c.r_o) == pytest.approx((0.5, 0.5), **TOL)
+    # it rolls out only its kept prompts: g = 16 / 32 samples a step = 1 - r_q
+    assert (c.rollout, c.rollout_measured) == (0.5, True)
     # ideal T_dppo / T_grpo = (1 - .5) * (.5 + (1 - .5) * (1 - .5)) = .5 * .75 = .375 -> 8/3 x
     assert c.ideal_ratio == pytest.approx(0.375, **TOL)
     assert c.ideal_speedup == pytest.approx(8.0 / 3.0, **TOL)
@@ -101,7 +105,9 @@ def test_baseline_by_name_reverses_the_comparison(grpo_dir, dppo_dir):
     c = rep.comparisons[0]
     assert c.step_speedup == pytest.approx(0.5, **TOL)  # 2 / 4
     # f now from the DPPO baseline: median gen 1 / median total 2 = .5; the GRPO run prunes nothing
-    assert (c.f, c.r_q, c.r_o, c.ideal_ratio) == pytest.approx((0.5, 0.0, 0.0, 1.0), **TOL)
+    # but rolls out twice the baseline's samples a step (32 against 16 after warm-up): g = 2, and the
+    # ideal ratio is 2 (f + (1 - f)) = 2, the 0.5x its steps measure
+    assert (c.f, c.r_q, c.r_o, c.rollout, c.ideal_ratio) == pytest.approx((0.5, 0.0, 0.0, 2.0, 2.0), **TOL)
     assert any("not GRPO" in w for w in rep.warnings)
     with pytest.raises(ValueError, match="none of the runs"):
         build_report([load_run(grpo_dir)], Settings(), baseline="nope")
@@ -119,6 +125,11 @@ def test_pure_helpers():
     assert S.ideal_step_ratio(0.0, 0.5, 0.5) == pytest.approx(0.25, **TOL)
     with pytest.raises(ValueError, match="r_o"):
         S.ideal_step_ratio(0.5, 0.1, 1.5)
+    # METHOD's bound with 1 - r_q = g; g may exceed 1 (a step that rolls out more than the baseline's)
+    assert S.rollout_step_ratio(0.4, 0.7, 0.5) == pytest.approx(S.ideal_step_ratio(0.4, 0.3, 0.5), **TOL)
+    assert S.rollout_step_ratio(0.5, 2.0, 0.0) == pytest.approx(2.0, **TOL)
+    with pytest.raises(ValueError, match="g "):
+        S.rollout_step_ratio(0.5, -0.1, 0.0)
     with pytest.raises(ValueError, match="smooth"):
         Settings(smooth=0)
 
@@ -146,3 +157,36 @@ def test_eval_results_with_different_k_are_flagged(grpo_dir, dppo_dir):
         "the eval_results.json files differ in k or benchmarks (grpo: k=4, ['gsm8k', 'math500']; "
         "dppo: k=8, ['gsm8k', 'math500'])" in warnings
     )
+
+
+def _without_samples_generated(run_dir):
+    path = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "samples/generated"}) + "\n" for r in rows)
+    )
+
+
+def test_the_ideal_takes_the_rollout_a_step_does_not_the_prompt_keep_fraction(grpo_dir, dppo_dir):
+    # refill: it keeps half of the prompts it draws (2B) and rolls out as many samples a step as GRPO
+    path = dppo_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in rows:
+        if r.get("kind") == "train":
+            r["samples/generated"] = 32.0
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    c = _report(grpo_dir, dppo_dir, warmup=1, smooth=2).comparisons[0]
+    assert (c.r_q, c.r_o, c.rollout, c.rollout_measured) == pytest.approx((0.5, 0.5, 1.0, True), **TOL)
+    # ideal = 1 * (.5 + .5 * .5) = .75 -> 1.33x, not the 2.67x that 1 - r_q would claim
+    assert c.ideal_ratio == pytest.approx(0.75, **TOL)
+    assert c.step_efficiency == pytest.approx(2.0 / (4.0 / 3.0), **TOL)
+
+
+def test_without_samples_generated_the_rollout_is_taken_as_one_minus_r_q(grpo_dir, dppo_dir):
+    _without_samples_generated(grpo_dir)
+    _without_samples_generated(dppo_dir)
+    rep = _report(grpo_dir, dppo_dir, warmup=1, smooth=2)
+    c = rep.comparisons[0]
+    assert (c.rollout, c.rollout_measured, c.ideal_ratio) == pytest.approx((0.5, False, 0.375), **TOL)
+    title, headers, rows = speedup_table(rep)
+    assert rows[0][headers.index("g")] == "0.500 (1 - r_q)"
