@@ -17,8 +17,8 @@ calls these). Each check returns plain sentences, the report's warnings:
 5. **Curves**: an arm (or seed) already at the target at its first smoothed eval point has no
    crossing to measure; a final value that trails the last reading by more than twice the SE of one
    eval point says the curve still moves at its end.
-6. **Speedups**: a step-time speedup above the ideal that the measured rollout and pruning rates allow is not
-   pruning's alone.
+6. **Speedups**: a step-time speedup above the ideal that the measured rollout and pruning rates allow
+   is not pruning's alone.
 7. **The rest**: seeds of one arm without an eval, at different eval steps or with different configs;
    a baseline that is not GRPO; runs at the reward target from their first step; training rewards of
    different kinds; eval_results.json files with different k or benchmarks.
