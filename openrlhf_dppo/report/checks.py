@@ -166,8 +166,8 @@ def comparison_warnings(c: Comparison) -> list[str]:
     if c.step_efficiency is not None and c.step_efficiency > 1.0:
         out.append(
             f"{other}'s step-time speedup {c.step_speedup:.2f}x is above the ideal {c.ideal_speedup:.2f}x "
-            f"that its measured rollout and pruning rates allow ({c.step_efficiency:.0%}): pruning alone does not explain "
-            "it (packing, the machine or its load, or a config difference does)"
+            f"that its measured rollout and pruning rates allow ({c.step_efficiency:.0%}): pruning alone "
+            "does not explain it (packing, the machine or its load, or a config difference does)"
         )
     return out
 
