@@ -40,7 +40,10 @@ METHOD_NOTES = """\
   f = median `timing/generation` / median `timing/step_total` of the baseline; g = the arm's mean
   `samples/generated` per step / the baseline's (1 - r_q where not logged): 1 - r_q for `shrink`, about 1
   for `refill`, which draws 2B prompts and rolls out about B; r_q = 1 - mean `dppo/prompt_keep_frac`,
-  r_o = 1 - mean `dppo/completion_keep_frac` of the arm after warm-up (configured rates shown as `cfg`).
+  r_o = 1 - mean `dppo/completion_keep_frac` of the arm after warm-up (configured rates shown as `cfg`);
+  where that is not logged, 1 - `samples/trained` / `samples/generated`: for GRPO + dynamic filtering the
+  fraction of generated completions its filter dropped (`tokens/filtered`), which the work table marks
+  "filtered, not pruned".
 - **Training reward**: `rollout/reward_ht` where logged (the Horvitz-Thompson estimate of the drawn
   batch's mean reward; GRPO's equals its `rollout/reward_mean`), else `rollout/reward_mean`; trailing
   mean over {smooth} steps. It is no held-out measure: the headline does not use it.

@@ -193,7 +193,7 @@ def summarize(run: Run, settings: Settings) -> RunSummary:
     phases = {k: S.median_or_none(series(used, k)[1]) for k in phase_keys}
     step_time = S.median_or_none(series(used, STEP_TOTAL)[1])
     sums = {}
-    for key in TOKEN_KEYS + SAMPLE_KEYS:
+    for key in TOKEN_KEYS + SAMPLE_KEYS + (R.TOKENS_FILTERED, R.SAMPLES_FILTERED):
         _, values = run.series(key)
         sums[key] = sum(values) if values else None
 

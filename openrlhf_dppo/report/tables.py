@@ -151,26 +151,36 @@ def _reward_ttt(report: Report, s: RunSummary) -> str:
     return "not reached" if s.reward_raw and report.reward_target is not None else NA
 
 
+def _filtered(s: RunSummary) -> bool:
+    """The run's generated-but-untrained completions were dropped by dynamic filtering (samples/filtered),
+    not pruned by DPPO: its r_o comes from the sample counts, not from dppo/completion_keep_frac."""
+    filtered = s.totals.get(R.SAMPLES_FILTERED)
+    return bool(filtered) and not s.run.has(R.COMPLETION_KEEP_FRAC)
+
+
 def work_table(report: Report) -> Table:
-    headers = ["run", "tokens generated", "tokens trained", "tokens pruned", "samples trained / generated"]
-    headers += ["prompt prune rate r_q", "completion prune rate r_o", "final training reward", "reward key"]
-    headers += ["training time to reward target (s)"]
+    headers = ["run", "tokens generated", "tokens trained", "tokens pruned", "tokens filtered"]
+    headers += ["samples trained / generated", "prompt prune rate r_q", "completions not trained r_o"]
+    headers += ["final training reward", "reward key", "training time to reward target (s)"]
     rows = []
     for s in report.summaries:
         cfg_q, cfg_o = s.configured_rates
         samples = f"{_total(s, R.SAMPLES_TRAINED)} / {_total(s, R.SAMPLES_GENERATED)}"
+        r_o = _rate(s.completion_keep, cfg_o)
+        if _filtered(s):
+            r_o += ", filtered, not pruned"
         rows.append(
-            [
-                s.run.name,
-                *(_total(s, key) for key in R.TOKEN_KEYS),
-            ]
-            + [samples, _rate(s.prompt_keep, cfg_q), _rate(s.completion_keep, cfg_o)]
+            [s.run.name, *(_total(s, key) for key in R.TOKEN_KEYS), _total(s, R.TOKENS_FILTERED)]
+            + [samples, _rate(s.prompt_keep, cfg_q), r_o]
             + [fmt(s.final_reward, ".4f"), s.reward_key if s.reward_raw else NA, _reward_ttt(report, s)]
         )
     title = (
-        f"Work and training reward (rates: measured mean after warm-up, cfg = configured; reward: mean of the "
-        f"last {report.settings.smooth} steps; reward target {fmt(report.reward_target, '.4f')} = "
-        f"{report.reward_target_source}; the training reward is no held-out measure)"
+        f"Work and training reward (rates: measured mean after warm-up, cfg = configured; r_o = the fraction "
+        f"of the generated completions not trained: pruned by DPPO (dppo/completion_keep_frac), or dropped "
+        f"by dynamic filtering (tokens filtered; samples trained / generated); tokens filtered: — where the "
+        f"run logs none; reward: mean of the last {report.settings.smooth} steps; reward target "
+        f"{fmt(report.reward_target, '.4f')} = {report.reward_target_source}; the training reward is no "
+        f"held-out measure)"
     )
     return title, headers, rows
 
@@ -193,7 +203,8 @@ def speedup_table(report: Report) -> Table:
     title = (
         f"Step time vs the baseline {report.baseline.name} (ideal = 1 / (g (f + (1 - f)(1 - r_o))), "
         "f from the baseline, g = the arm's samples generated per step / the baseline's, r_q / r_o measured "
-        "in the arm; means over seeds)"
+        "in the arm, r_o the fraction of generated completions not trained: DPPO's pruning or dynamic "
+        "filtering's drops; means over seeds)"
     )
     return title, headers, rows
 

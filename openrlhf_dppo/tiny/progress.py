@@ -71,7 +71,8 @@ def step_line(name: str, row: dict, steps: int | None, left: float | None = None
         f"reward {_reward(row):.3f}",
         f"step {row.get(R.STEP_TOTAL, NAN):.1f}s",
         f"tokens gen {row.get(R.TOKENS_GENERATED, 0):.0f} / trained {row.get(R.TOKENS_TRAINED, 0):.0f}"
-        f" / pruned {row.get(R.TOKENS_PRUNED, 0):.0f}",
+        f" / pruned {row.get(R.TOKENS_PRUNED, 0):.0f}"
+        + (f" / filtered {row[R.TOKENS_FILTERED]:.0f}" if row.get(R.TOKENS_FILTERED) else ""),
     ]
     if R.PROMPTS_PRUNED in row and row.get(R.PROMPTS_DRAWN):
         parts.append(f"prompts pruned {row[R.PROMPTS_PRUNED]:.0f}/{row[R.PROMPTS_DRAWN]:.0f}")
@@ -165,7 +166,10 @@ def print_summary(run_dirs: list[str]) -> object | None:
     head = (
         f"{'run':20} {'steps':>5} {'median step s':>13} {'training s':>10} {'start-up s':>10} {'eval s':>7}"
     )
-    print(head + f" {'tok generated':>13} {'trained':>8} {'pruned':>7}  training reward first->last")
+    print(
+        head
+        + f" {'tok generated':>13} {'trained':>8} {'pruned':>7} {'filtered':>8}  training reward first->last"
+    )
     for s in report.summaries:
         tot = s.totals
         first = _fmt(s.reward_raw[0] if s.reward_raw else None, ".3f")
@@ -173,6 +177,7 @@ def print_summary(run_dirs: list[str]) -> object | None:
             f"{s.run.name[-20:]:20} {s.steps:>5} {_fmt(s.step_time, '.2f'):>13} {_fmt(s.train_time, '.1f'):>10}"
             f" {_fmt(s.startup, '.1f'):>10} {_fmt(s.eval_time, '.1f'):>7} {_fmt(tot[R.TOKENS_GENERATED], '.0f'):>13}"
             f" {_fmt(tot[R.TOKENS_TRAINED], '.0f'):>8} {_fmt(tot[R.TOKENS_PRUNED], '.0f'):>7}"
+            f" {_fmt(tot[R.TOKENS_FILTERED], '.0f'):>8}"
             f"  {first} -> {_fmt(s.final_reward, '.3f')} ({s.reward_key})"
         )
     return report

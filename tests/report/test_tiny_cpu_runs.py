@@ -75,9 +75,9 @@ def test_real_runs_cli(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "dppo is not comparable with grpo: differs in actor.model_name_or_path (model)" in printed
     md = (out / "report.md").read_text()
-    # tokens 185 + 169 generated, 2 + 2 trained; measured r_q 0 and r_o 1 next to the configured rates
+    # tokens 185 + 169 generated, 2 + 2 trained, none filtered (not logged); measured r_q 0 and r_o 1 next to the configured rates
     assert (
-        "| dppo | 354 | 4 | 350 | 2 / 64 | 0.000 (cfg 0.25) | 1.000 (cfg 0.5) | 0.0000 | rollout/reward_mean | not reached |"
+        "| dppo | 354 | 4 | 350 | — | 2 / 64 | 0.000 (cfg 0.25) | 1.000 (cfg 0.5) | 0.0000 | rollout/reward_mean | not reached |"
         in md
     )
     names = {p.name for p in out.iterdir()}
