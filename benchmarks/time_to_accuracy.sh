@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Time to held-out accuracy, several seeds per arm, on an embedded tiny task (TASK: addition, the default,
-# or countdown; issue 15; METHOD.md "Measuring the promise"). Four arms, each run through examples/scripts/train_tiny_cpu.sh, which keeps
+# or countdown; issue 15; METHOD.md "Measuring the promise"). The arms, each run through examples/scripts/train_tiny_cpu.sh, which keeps
 # every setting equal across arms but the algorithm flags (same packing, eval schedule, seed):
 #   grpo     GRPO (--dppo.enable false), the baseline
 #   shrink   DPPO r_q = r_o = 0.5, --dppo.prompt_batch shrink (a step rolls out the kept prompts only)
@@ -10,6 +10,10 @@
 #            rate too, not all kept)
 #   refill-unseen  refill with --dppo.unseen_prompts mean (about B prompts rolled out from the first step,
 #            not 2B while the prompts are unseen)
+#   shrink-unseen-ro0  shrink-unseen without completion pruning (R_O=0: r_o = 0; completions with zero
+#            advantage are still dropped, exactly)
+#   grpo-half  GRPO with half the prompts a step (PROMPTS / 2): the batch shrink rolls out at r_q = 0.5, a
+#            control for "is it only a smaller batch?" (compare calls it not comparable: its batch differs)
 # The runs are interleaved (seed 1 of every arm, then seed 2, ...), so slow drift in the machine's load
 # reaches every arm alike. Then `openrlhf-dppo compare` over all runs writes the report (mean and spread
 # over seeds; training time = the sum of step times, start-up and evaluation excluded).
@@ -45,19 +49,29 @@ SEEDS=${SEEDS:-1 2 3}
 ARMS=${ARMS:-grpo shrink refill df}
 read -r -a DF_RANGE <<< "${DF_RANGE:-0.01 0.99}"
 
-arm_env() {  # arm -> "ALGO extra-flags..."
+arm_env() {  # arm -> "ALGO [VAR=value ...] extra-flags...": the VAR=value words are the run's environment
   case "$1" in
     grpo) echo "grpo" ;;
+    grpo-half) echo "grpo PROMPTS=$(( ${PROMPTS:-64} / 2 ))" ;;
     shrink) echo "dppo --dppo.prompt_batch shrink" ;;
     refill) echo "dppo --dppo.prompt_batch refill" ;;
     shrink-unseen) echo "dppo --dppo.prompt_batch shrink --dppo.unseen_prompts mean" ;;
     refill-unseen) echo "dppo --dppo.prompt_batch refill --dppo.unseen_prompts mean" ;;
+    shrink-unseen-ro0) echo "dppo R_O=0 --dppo.prompt_batch shrink --dppo.unseen_prompts mean" ;;
     df) echo "grpo --algo.dynamic_filtering_enable --algo.dynamic_filtering_range ${DF_RANGE[*]}" ;;
-    *) echo "unknown arm '$1' (grpo, shrink, refill, df, shrink-unseen, refill-unseen)" >&2; return 2 ;;
+    *) echo "unknown arm '$1' (grpo, shrink, refill, df, shrink-unseen, refill-unseen, shrink-unseen-ro0," \
+         "grpo-half)" >&2; return 2 ;;
   esac
 }
 
 arm_name() { echo "${1%%:*}"; }
+split_spec() {  # words of arm_env -> ARM_ENV (VAR=value words) and ARM_FLAGS (the flags)
+  ARM_ENV=(); ARM_FLAGS=()
+  local w
+  for w in "$@"; do
+    if [[ "$w" =~ ^[A-Z_]+= ]]; then ARM_ENV+=("$w"); else ARM_FLAGS+=("$w"); fi
+  done
+}
 STEPS=${STEPS:-150}
 arm_steps() {  # "shrink:300" -> 300, "grpo" -> STEPS
   case "$1" in
@@ -80,8 +94,10 @@ if [ "${PRINT_CMD:-0}" = 1 ]; then  # each run's training command (train_tiny_cp
     for arm_spec in $ARMS; do
       arm=$(arm_name "$arm_spec")
       read -r -a spec <<< "$(arm_env "$arm")"
-      cmd=$(ALGO=${spec[0]} SEED=$seed OUT="$OUT/${arm}_s${seed}" PYTHON=$PY STEPS=$(arm_steps "$arm_spec") \
-        bash examples/scripts/train_tiny_cpu.sh "${spec[@]:1}")  # set -e: a refused run stops here
+      split_spec "${spec[@]:1}"
+      cmd=$(env ${ARM_ENV[@]+"${ARM_ENV[@]}"} ALGO=${spec[0]} SEED=$seed OUT="$OUT/${arm}_s${seed}" PYTHON=$PY \
+        STEPS=$(arm_steps "$arm_spec") bash examples/scripts/train_tiny_cpu.sh ${ARM_FLAGS[@]+"${ARM_FLAGS[@]}"})
+      # set -e: a refused run stops here
       echo "[tta] $arm seed $seed: $cmd"
     done
   done
@@ -93,6 +109,7 @@ for seed in $SEEDS; do
   for arm_spec in $ARMS; do
     arm=$(arm_name "$arm_spec")
     read -r -a spec <<< "$(arm_env "$arm")"
+    split_spec "${spec[@]:1}"
     run="$OUT/${arm}_s${seed}"
     if [ -f "$run/status.json" ] && grep -q '"finished"' "$run/status.json"; then
       echo "[tta] $run finished earlier: kept"; continue
@@ -100,8 +117,8 @@ for seed in $SEEDS; do
     echo "[tta] $(date +%T) $TASK $arm seed $seed -> $run  (load: $(cut -d' ' -f1-3 /proc/loadavg))"
     lock=()
     if [ -n "${LOCK:-}" ]; then lock=(flock "$LOCK"); fi
-    ALGO=${spec[0]} SEED=$seed OUT=$run PYTHON=$PY STEPS=$(arm_steps "$arm_spec") "${lock[@]}" \
-      bash examples/scripts/train_tiny_cpu.sh "${spec[@]:1}"
+    env ${ARM_ENV[@]+"${ARM_ENV[@]}"} ALGO=${spec[0]} SEED=$seed OUT=$run PYTHON=$PY STEPS=$(arm_steps "$arm_spec") \
+      ${lock[@]+"${lock[@]}"} bash examples/scripts/train_tiny_cpu.sh ${ARM_FLAGS[@]+"${ARM_FLAGS[@]}"}
   done
 done
 

@@ -112,3 +112,29 @@ def test_the_unseen_arms_add_the_mean_rule_to_their_prompt_batch_mode():
         if arm.endswith("-unseen"):
             assert value(cmd, "--dppo.unseen_prompts") == "mean"
         assert value(cmd, "--ckpt.output_dir") == f"runs/tta/{arm}_s1"
+
+
+def test_the_ro0_arm_is_shrink_unseen_without_completion_pruning():
+    runs = dict((arm, cmd) for arm, _, cmd in commands(SEEDS="1", ARMS="shrink-unseen shrink-unseen-ro0"))
+    ro0, base = runs["shrink-unseen-ro0"], runs["shrink-unseen"]
+    assert value(ro0, "--dppo.completion_prune_rate") == "0"
+    assert value(base, "--dppo.completion_prune_rate") == "0.5"
+    for flag in (
+        "--dppo.prompt_prune_rate",
+        "--dppo.prompt_batch",
+        "--dppo.unseen_prompts",
+        "--rollout.batch_size",
+    ):
+        assert value(ro0, flag) == value(base, flag)
+    assert ro0.count("--dppo.completion_prune_rate") == 1  # set once, through train_tiny_cpu.sh's R_O
+
+
+def test_the_half_batch_control_is_grpo_with_half_the_prompts():
+    for env, drawn in (({}, 64), ({"TASK": "countdown", "PROMPTS": "32"}, 32)):
+        runs = dict((arm, cmd) for arm, _, cmd in commands(SEEDS="2", ARMS="grpo grpo-half", **env))
+        half, grpo = runs["grpo-half"], runs["grpo"]
+        assert value(grpo, "--rollout.batch_size") == str(drawn)
+        assert value(half, "--rollout.batch_size") == str(drawn // 2)
+        assert value(half, "--train.batch_size") == str(drawn // 2 * 8)
+        assert value(half, "--dppo.enable") == "false" and value(half, "--train.seed") == "2"
+        assert value(half, "--actor.adam.lr") == value(grpo, "--actor.adam.lr")
