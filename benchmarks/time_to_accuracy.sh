@@ -52,7 +52,11 @@ read -r -a DF_RANGE <<< "${DF_RANGE:-0.01 0.99}"
 arm_env() {  # arm -> "ALGO [VAR=value ...] extra-flags...": the VAR=value words are the run's environment
   case "$1" in
     grpo) echo "grpo" ;;
-    grpo-half) echo "grpo PROMPTS=$(( ${PROMPTS:-64} / 2 ))" ;;
+    grpo-half)
+      if (( ${PROMPTS:-64} < 2 )); then  # 64: train_tiny_cpu.sh's default
+        echo "arm 'grpo-half' needs PROMPTS >= 2 (it runs PROMPTS / 2 a step), got '${PROMPTS:-64}'" >&2; return 2
+      fi
+      echo "grpo PROMPTS=$(( ${PROMPTS:-64} / 2 ))" ;;
     shrink) echo "dppo --dppo.prompt_batch shrink" ;;
     refill) echo "dppo --dppo.prompt_batch refill" ;;
     shrink-unseen) echo "dppo --dppo.prompt_batch shrink --dppo.unseen_prompts mean" ;;

@@ -138,3 +138,8 @@ def test_the_half_batch_control_is_grpo_with_half_the_prompts():
         assert value(half, "--train.batch_size") == str(drawn // 2 * 8)
         assert value(half, "--dppo.enable") == "false" and value(half, "--train.seed") == "2"
         assert value(half, "--actor.adam.lr") == value(grpo, "--actor.adam.lr")
+
+
+def test_the_half_batch_control_refuses_a_batch_it_cannot_halve_before_any_run():
+    res = run(ARMS="grpo grpo-half", PROMPTS="1")
+    assert res.returncode == 2 and "needs PROMPTS >= 2" in res.stderr and res.stdout == ""
