@@ -33,7 +33,8 @@
 # the 0/1 solve indicator, see openrlhf_dppo/rewards/countdown.py), PYTHON (.venv/bin/python),
 # LOCK (unset; when set, each run holds this flock(1) lock file, so other heavy work on a shared machine
 # waits between runs, not during one), TINY (train_tiny_cpu.sh's task assets), and train_tiny_cpu.sh's
-# other settings, passed on to every arm alike: PROMPTS, SAMPLES, LR (1e-3; countdown 3e-4), EVAL_STEPS.
+# other settings, passed on to every arm alike: PROMPTS, SAMPLES, LR (1e-3; countdown 3e-4), LR_SCHEDULER
+# (constant; cosine_with_min_lr decays each run over its own step count), EVAL_STEPS.
 # Without grpo in ARMS (re-running some arms next to an earlier baseline) the runs are made and the
 # compare command printed.
 set -euo pipefail

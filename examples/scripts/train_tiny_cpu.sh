@@ -18,6 +18,9 @@
 #   EPISODE_STEPS [STEPS] the step count --train.num_episodes is sized for (>= STEPS)
 #   LR [1e-3, countdown 3e-4]  actor learning rate (constant, no warm-up; countdown's: GRPO fell at 1e-3
 #                        and climbed at 3e-4, benchmarks/RESULTS.md "Second task: countdown")
+#   LR_SCHEDULER [constant]  constant | cosine_with_min_lr: OpenRLHF's default schedule, a cosine from LR down
+#                        to LR / 10 over the run's own STEPS steps (--dppo.max_steps bounds the span); no
+#                        warm-up either way
 #   PROMPTS [64]         prompts per step;  SAMPLES [8]: completions per prompt (temperature 1)
 #   EVAL_STEPS [10]      evaluate the held-out set every this many steps (greedy, 500 prompts)
 #   R_Q, R_O [0.5 0.5]   DPPO's prompt and completion prune rates (dppo only)
@@ -51,6 +54,12 @@ case "$TASK" in
   countdown) TASK_TINY=.cache/tiny-countdown; REWARD=countdown; MAX_NEW=48; MAX_LEN=64
              RUNS_DIR=runs/tiny_cpu_countdown; TASK_LR=3e-4 ;;
   *) echo "TASK must be addition or countdown, got '$TASK'" >&2; exit 2 ;;
+esac
+
+LR_SCHEDULER=${LR_SCHEDULER:-constant}
+case "$LR_SCHEDULER" in
+  constant|cosine_with_min_lr) ;;
+  *) echo "LR_SCHEDULER must be constant or cosine_with_min_lr, got '$LR_SCHEDULER'" >&2; exit 2 ;;
 esac
 
 PY=${PYTHON:-.venv/bin/python}
@@ -101,7 +110,7 @@ CMD=("$PY" -m openrlhf_dppo.cli.train_dppo_ray
   --train.batch_size $((PROMPTS * SAMPLES)) --train.micro_batch_size 64 --train.seed "$SEED"
   --train.dynamic_batch_enable --train.max_tokens_per_gpu 4096
   --algo.advantage.estimator group_norm --algo.kl.init_coef 0
-  --actor.adam.lr "${LR:-$TASK_LR}" --actor.lr_warmup_ratio 0 --actor.lr_scheduler constant
+  --actor.adam.lr "${LR:-$TASK_LR}" --actor.lr_warmup_ratio 0 --actor.lr_scheduler "$LR_SCHEDULER"
   --ckpt.output_dir "$OUT" --ckpt.path "$OUT/ckpt"
   "${ALGO_FLAGS[@]}" "$@")
 

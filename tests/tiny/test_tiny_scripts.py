@@ -17,7 +17,9 @@ DPPO_ONLY = {"--dppo.prompt_prune_rate", "--dppo.completion_prune_rate", "--dppo
 
 def command(algo: str, **env: str) -> list[str]:
     full = {
-        k: v for k, v in os.environ.items() if k not in ("STEPS", "SEED", "LR", "OUT", "TINY", "POOL", "TASK")
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("STEPS", "SEED", "LR", "LR_SCHEDULER", "OUT", "TINY", "POOL", "TASK")
     }
     full.update(ALGO=algo, PRINT_CMD="1", PYTHON="python", PRECISION="bf16")  # auto would ask torch
     full.update(env)
@@ -85,6 +87,19 @@ def test_seed_and_learning_rate_reach_the_command():
     assert f["--actor.adam.lr"] == ["3e-4"]
     assert flags(command("grpo", TASK="countdown", LR="1e-4"))["--actor.adam.lr"] == ["1e-4"]  # LR wins
     assert f["--dppo.prompt_prune_rate"] == ["0.3"] and f["--dppo.completion_prune_rate"] == ["0.7"]
+
+
+def test_the_lr_schedule_is_constant_unless_asked_and_a_bad_one_is_refused_by_name():
+    for algo in ("grpo", "dppo"):
+        f = flags(command(algo))
+        assert f["--actor.lr_scheduler"] == ["constant"] and f["--actor.lr_warmup_ratio"] == ["0"]
+        cosine = flags(command(algo, LR_SCHEDULER="cosine_with_min_lr"))
+        assert cosine["--actor.lr_scheduler"] == ["cosine_with_min_lr"]
+        assert cosine["--actor.lr_warmup_ratio"] == ["0"]
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        command("grpo", LR_SCHEDULER="linear")
+    assert err.value.returncode == 2
+    assert "LR_SCHEDULER must be constant or cosine_with_min_lr, got 'linear'" in err.value.stderr
 
 
 def test_the_precision_reaches_the_command_and_a_bad_one_is_refused_by_name():
