@@ -37,6 +37,9 @@
 # (constant; cosine_with_min_lr decays each run over its own step count), EVAL_STEPS.
 # Without grpo in ARMS (re-running some arms next to an earlier baseline) the runs are made and the
 # compare command printed.
+# To end a sitting early with every arm on the same seeds: `touch $OUT/STOP`. The seed in progress runs
+# its remaining arms, no further seed starts, and the runs made so far are compared. A STOP file left from
+# an earlier sitting is removed when the script starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -110,7 +113,14 @@ if [ "${PRINT_CMD:-0}" = 1 ]; then  # each run's training command (train_tiny_cp
 fi
 
 mkdir -p "$OUT"
+STOP_FILE="$OUT/STOP"
+rm -f "$STOP_FILE"
 for seed in $SEEDS; do
+  if [ -e "$STOP_FILE" ]; then
+    echo "[tta] $STOP_FILE found: no run of seed $seed or later; comparing the seeds that ran"
+    rm -f "$STOP_FILE"
+    break
+  fi
   for arm_spec in $ARMS; do
     arm=$(arm_name "$arm_spec")
     read -r -a spec <<< "$(arm_env "$arm")"

@@ -143,3 +143,57 @@ def test_the_half_batch_control_is_grpo_with_half_the_prompts():
 def test_the_half_batch_control_refuses_a_batch_it_cannot_halve_before_any_run():
     res = run(ARMS="grpo grpo-half", PROMPTS="1")
     assert res.returncode == 2 and "needs PROMPTS >= 2" in res.stderr and res.stdout == ""
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# stands in for the venv's python: answers the precision query, records each training run's directory,
+# and (FAKE_STOP=1) asks the sitting to stop from inside its first run, as a person would
+case "$2" in
+  openrlhf_dppo.precision) echo bf16 ;;
+  openrlhf_dppo.cli.train_dppo_ray)
+    while [ $# -gt 0 ]; do if [ "$1" = --ckpt.output_dir ]; then dir=$2; fi; shift; done
+    echo "$dir" >> "$FAKE_LOG"
+    if [ "${FAKE_STOP:-0}" = 1 ]; then touch "$OUT_ROOT/STOP"; fi ;;
+esac
+exit 0
+"""
+
+
+def sitting(tmp_path, stop: bool, stale_stop: bool = False) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Runs the script's real loop over 3 seeds x 2 arms with a stand-in python (no training)."""
+    tiny, out, calls = tmp_path / "tiny", tmp_path / "out", tmp_path / "calls.log"
+    (tiny / "data").mkdir(parents=True)
+    (tiny / "data" / "train.jsonl").write_text("{}\n" * 2000)
+    out.mkdir()
+    if stale_stop:
+        (out / "STOP").touch()
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    full = {k: v for k, v in os.environ.items() if k not in ("PRINT_CMD", "LOCK", "STEPS", "EPISODE_STEPS")}
+    full.update(
+        PYTHON=str(fake), TINY=str(tiny), OUT=str(out), OUT_ROOT=str(out), FAKE_LOG=str(calls),
+        FAKE_STOP="1" if stop else "0", SEEDS="1 2 3", ARMS="grpo shrink-unseen-ro0", PRECISION="bf16",
+    )  # fmt: skip
+    res = subprocess.run(["bash", SCRIPT], env=full, capture_output=True, text=True)
+    return res, calls.read_text().split()
+
+
+def test_a_stop_file_ends_the_sitting_after_the_seed_in_progress(tmp_path):
+    res, runs = sitting(tmp_path, stop=True)
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "out"
+    # the STOP came during seed 1's first arm: seed 1's second arm still runs, seed 2 never starts
+    assert runs == [str(out / "grpo_s1"), str(out / "shrink-unseen-ro0_s1")]
+    assert f"{out}/STOP found: no run of seed 2 or later" in res.stdout
+    assert not (out / "STOP").exists()
+
+
+def test_a_stop_file_left_from_an_earlier_sitting_does_not_stop_a_new_one(tmp_path):
+    res, runs = sitting(tmp_path, stop=False, stale_stop=True)
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "out"
+    assert runs == [
+        str(out / f"{arm}_s{seed}") for seed in (1, 2, 3) for arm in ("grpo", "shrink-unseen-ro0")
+    ]
+    assert "found" not in res.stdout
