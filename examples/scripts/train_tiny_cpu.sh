@@ -16,8 +16,8 @@
 #   SEED [1]             training seed (--train.seed) and DPPO's pruning seed (--dppo.seed)
 #   STEPS [150]          training steps (--dppo.max_steps; enough episodes are passed to cover them)
 #   EPISODE_STEPS [STEPS] the step count --train.num_episodes is sized for (>= STEPS)
-#   LR [1e-3, countdown 3e-4]  actor learning rate (constant, no warm-up; countdown's: GRPO fell at 1e-3
-#                        and climbed at 3e-4, benchmarks/RESULTS.md "Second task: countdown")
+#   LR [1e-3, countdown 3e-4]  actor learning rate (no warm-up; constant unless LR_SCHEDULER; countdown's:
+#                        GRPO fell at 1e-3 and climbed at 3e-4, benchmarks/RESULTS.md "Second task: countdown")
 #   LR_SCHEDULER [constant]  constant | cosine_with_min_lr: OpenRLHF's default schedule, a cosine from LR down
 #                        to LR / 10 over the run's own STEPS steps (--dppo.max_steps bounds the span); no
 #                        warm-up either way
