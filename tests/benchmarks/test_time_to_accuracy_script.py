@@ -11,12 +11,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "benchmarks", "time_to_accuracy.sh")
 
 
-def run(**env: str) -> subprocess.CompletedProcess:
+def run(print_cmd: bool = True, **env: str) -> subprocess.CompletedProcess:
+    """The script under a clean environment: PRINT_CMD=1 (nothing is built or run) unless print_cmd=False."""
     full = {
         k: v
         for k, v in os.environ.items()
         if k
         not in (
+            "PRINT_CMD",
+            "LOCK",
             "TASK",
             "SEEDS",
             "ARMS",
@@ -28,7 +31,9 @@ def run(**env: str) -> subprocess.CompletedProcess:
             "OPENRLHF_DPPO_CPU_PRECISION",
         )  # fmt: skip
     }
-    full.update(PRINT_CMD="1", PYTHON="python", PRECISION="bf16")  # auto would ask torch
+    full.update(PYTHON="python", PRECISION="bf16")  # auto would ask torch
+    if print_cmd:
+        full["PRINT_CMD"] = "1"
     full.update(env)
     return subprocess.run(["bash", SCRIPT], env=full, capture_output=True, text=True)
 
@@ -170,12 +175,10 @@ def sitting(tmp_path, stop: bool, stale_stop: bool = False) -> tuple[subprocess.
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
-    full = {k: v for k, v in os.environ.items() if k not in ("PRINT_CMD", "LOCK", "STEPS", "EPISODE_STEPS")}
-    full.update(
-        PYTHON=str(fake), TINY=str(tiny), OUT=str(out), OUT_ROOT=str(out), FAKE_LOG=str(calls),
-        FAKE_STOP="1" if stop else "0", SEEDS="1 2 3", ARMS="grpo shrink-unseen-ro0", PRECISION="bf16",
+    res = run(
+        print_cmd=False, PYTHON=str(fake), TINY=str(tiny), OUT=str(out), OUT_ROOT=str(out), FAKE_LOG=str(calls),
+        FAKE_STOP="1" if stop else "0", SEEDS="1 2 3", ARMS="grpo shrink-unseen-ro0",
     )  # fmt: skip
-    res = subprocess.run(["bash", SCRIPT], env=full, capture_output=True, text=True)
     return res, calls.read_text().split()
 
 
