@@ -112,13 +112,22 @@ def _ray_processes(job_id: str) -> list[str]:
     return [line for line in res.stdout.splitlines() if "pgrep" not in line]
 
 
-def _sacct_state(job_id: str, timeout_s: float = 60.0) -> str:
-    """The job's final state in accounting (the result files come before the workers have left)."""
+def _sacct_state(job_id: str, timeout_s: float = 60.0, run: int | None = None) -> str:
+    """The job's final state in accounting (the result files come before the workers have left).
+
+    `run` picks one run of a requeued job (0: the first), waiting until accounting has a record of it;
+    None: the latest record. Accounting is written behind slurmctld's back: right after `scontrol
+    requeue` the latest record can still be the first run's FAILED, so a restart is asked for by number.
+    """
     deadline = time.monotonic() + timeout_s
     while True:
-        cmd = ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"]
-        out = subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
-        state = out.splitlines()[-1].split()[0] if out else ""  # "CANCELLED by 0" -> "CANCELLED"
+        cmd = ["sacct", "-n", "-X", "-D", "-P", "-j", job_id, "-o", "State"]  # -D: one record per run
+        records = subprocess.run(cmd, capture_output=True, text=True).stdout.strip().splitlines()
+        if run is None:
+            record = records[-1] if records else ""
+        else:
+            record = records[run] if len(records) > run else ""
+        state = record.split()[0] if record else ""  # "CANCELLED by 0" -> "CANCELLED"
         if state not in ("", "PENDING", "RUNNING", "REQUEUED", "COMPLETING") or time.monotonic() > deadline:
             return state
         time.sleep(1.0)
@@ -242,11 +251,12 @@ def test_a_hard_killed_job_leaves_a_ray_temp_dir_that_its_restart_removes(slurm_
     assert len(launcher) == 1, launcher
     for pid in launcher + _pgrep(f"ray_dppo_ray_{job.job_id}_r0") + _trainer_pids(cmd.run_dir):
         os.kill(pid, signal.SIGKILL)
-    assert _sacct_state(job.job_id) == "FAILED"
+    assert _sacct_state(job.job_id, run=0) == "FAILED"
     _wait_until_no_ray_processes(job.job_id)
     assert stale.is_dir(), "the hard kill should have left the job's Ray temp dir behind"
     subprocess.run(["scontrol", "requeue", job.job_id], check=True)  # run it again
-    assert _sacct_state(job.job_id, timeout_s=240) == "COMPLETED"
+    state = _sacct_state(job.job_id, timeout_s=240, run=1)  # the restart's record, not the first run's
+    assert state == "COMPLETED", job.task(0).stdout()[-3000:]
     assert not stale.exists()
     log = job.task(0).stdout()  # the restart's
     assert f"removed {stale}, left by an earlier run of job {job.job_id}" in log
