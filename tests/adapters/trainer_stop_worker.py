@@ -9,6 +9,7 @@ READY_FILE is written once ``fit`` is inside the host loop. Everything of ours i
 """
 
 import os
+import signal
 import sys
 import time
 
@@ -47,6 +48,9 @@ def main(run_dir: str, ready: str) -> None:
         raise_sys_exit_with_custom_error_message("The process receives a SIGTERM.", exit_code=1)
 
     ray_utils.set_sigterm_handler(sigterm_handler)
+    # Ctrl-C in a terminal: Python's own handler. A process started from a shell's background job (`make
+    # test &`, nohup) inherits SIGINT ignored, and Python then leaves it ignored, so set it here.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     t.fit(0)
 
 
