@@ -116,7 +116,7 @@ def _sacct_state(job_id: str, timeout_s: float = 60.0, run: int | None = None) -
     """The job's final state in accounting (the result files come before the workers have left).
 
     `run` picks one run of a requeued job (0: the first), waiting until accounting has a record of it;
-    None: the latest record. Accounting is written behind slurmctld's back: right after `scontrol
+    None: the latest record. slurmctld sends accounting to slurmdbd asynchronously: right after `scontrol
     requeue` the latest record can still be the first run's FAILED, so a restart is asked for by number.
     """
     deadline = time.monotonic() + timeout_s
