@@ -28,6 +28,10 @@ STARTUP_S = "time/startup_s"
 REWARD_MEAN = "rollout/reward_mean"  # mean raw reward over the rolled-out completions
 REWARD_STD = "rollout/reward_std"  # its unbiased standard deviation
 REWARD_HT = "rollout/reward_ht"  # Horvitz-Thompson estimate of the drawn batch's mean reward
+# the share of the rolled-out groups whose G raw rewards are all equal (every advantage 0 under a group
+# estimator: no policy gradient), and its Horvitz-Thompson estimate for the drawn batch
+EQUAL_REWARD_FRAC = "rollout/equal_reward_frac"
+EQUAL_REWARD_FRAC_HT = "rollout/equal_reward_frac_ht"
 RESPONSE_LENGTH_MEAN = "rollout/response_length_mean"
 TRUNCATED_RATE = "rollout/truncated_rate"
 NUM_SAMPLES = "rollout/num_samples"

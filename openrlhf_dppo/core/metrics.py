@@ -9,6 +9,8 @@ import torch
 
 from openrlhf_dppo.metric_keys import (
     COMPLETION_KEEP_FRAC,
+    EQUAL_REWARD_FRAC,
+    EQUAL_REWARD_FRAC_HT,
     PROMPT_KEEP_FRAC,
     REQUIRED_KEYS,
     REWARD_HT,
@@ -63,7 +65,12 @@ def reward_stats(rewards: torch.Tensor, q: torch.Tensor | None = None, num_drawn
       the Horvitz-Thompson estimate of the DRAWN batch's mean reward
           ``rollout/reward_ht`` = (1 / B_drawn) * sum_j (1 / q_j) * mean_i r_ji,
       computed as sum_j (sum_i r_ji / q_j) / (B_drawn * G) in float64, and the mean as
-      sum_j (sum_i r_ji) / (n * G): with every q = 1 and B_drawn = n the two are the same float.
+      sum_j (sum_i r_ji) / (n * G): with every q = 1 and B_drawn = n the two are the same float;
+      ``rollout/equal_reward_frac``, the share of the n groups whose G rewards are all equal (under a
+      group estimator every advantage of such a group is 0, so it has no policy gradient), and its
+      Horvitz-Thompson estimate for the drawn batch, ``rollout/equal_reward_frac_ht`` =
+      (1 / B_drawn) * sum_j e_j / q_j with e_j = 1 for such a group: the share of GRPO's batch that
+      an oracle could skip without changing the policy gradient (``benchmarks/lossless_limit.py``).
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must have shape (n, G), got {tuple(rewards.shape)}")
@@ -78,10 +85,14 @@ def reward_stats(rewards: torch.Tensor, q: torch.Tensor | None = None, num_drawn
     if num_drawn < n:
         raise ValueError(f"num_drawn ({num_drawn}) must be >= the {n} rolled-out prompts")
     if n * group == 0:
-        return {REWARD_MEAN: 0.0, REWARD_STD: 0.0, REWARD_HT: 0.0}
+        zero = {REWARD_MEAN: 0.0, REWARD_STD: 0.0, REWARD_HT: 0.0}
+        return zero | {EQUAL_REWARD_FRAC: 0.0, EQUAL_REWARD_FRAC_HT: 0.0}
     sums = r.sum(dim=1)  # (n,)
+    equal = (r == r[:, :1]).all(dim=1).to(torch.float64)  # (n,) 1 where the G rewards are all equal
     return {
         REWARD_MEAN: as_float(sums.sum() / (n * group)),
         REWARD_STD: as_float(r.std()) if n * group > 1 else 0.0,
         REWARD_HT: as_float((sums / q).sum() / (num_drawn * group)),
+        EQUAL_REWARD_FRAC: as_float(equal.mean()),
+        EQUAL_REWARD_FRAC_HT: as_float((equal / q).sum() / num_drawn),
     }

@@ -124,6 +124,8 @@ def test_unpruned_dppo_reward_ht_equals_grpos_reward_mean(tmp_path):
     dppo, samples = one_step(controller(tmp_path / "dppo", DPPOConfig(completion_prune_rate=0.5, p_min=0.2)))
     raw = torch.cat([s.rewards for s in samples]).double()
     assert grpo["rollout/reward_ht"] == grpo["rollout/reward_mean"] == dppo["rollout/reward_ht"]
+    assert grpo["rollout/equal_reward_frac_ht"] == grpo["rollout/equal_reward_frac"]
+    assert dppo["rollout/equal_reward_frac_ht"] == grpo["rollout/equal_reward_frac"]
     assert dppo["rollout/reward_mean"] == dppo["rollout/reward_ht"]
     assert grpo["rollout/reward_mean"] == pytest.approx(float(raw.mean()), rel=1e-14)
 
@@ -139,6 +141,10 @@ def test_reward_ht_reweights_the_rolled_out_prompts_to_the_drawn_batch(tmp_path)
     sums = torch.cat([s.rewards for s in samples]).double().reshape(-1, G).sum(1)
     assert status["rollout/reward_ht"] == pytest.approx(float((sums / q).sum() / (8 * G)), rel=1e-14)
     assert status["rollout/reward_ht"] != status["rollout/reward_mean"]
+    equal = torch.tensor([len({float(r) for s in samples[j : j + G] for r in s.rewards}) == 1
+                          for j in range(0, len(samples), G)], dtype=torch.float64)  # fmt: skip
+    assert status["rollout/equal_reward_frac"] == pytest.approx(float(equal.mean()), rel=1e-14)
+    assert status["rollout/equal_reward_frac_ht"] == pytest.approx(float((equal / q).sum() / 8), rel=1e-14)
 
 
 @pytest.mark.parametrize("enable", [True, False])

@@ -1,5 +1,5 @@
-"""Training-reward statistics: the Horvitz-Thompson reward by hand, equal to the plain mean when nothing
-is prompt-pruned, and unbiased for the drawn batch's mean reward over the prompt-pruning draws."""
+"""Training-reward statistics: the Horvitz-Thompson reward and equal-reward share by hand, equal to the
+plain ones when nothing is prompt-pruned, and unbiased for the drawn batch's over the prompt-pruning draws."""
 
 import math
 
@@ -18,7 +18,18 @@ def test_reward_ht_by_hand():
     assert m["rollout/reward_ht"] == pytest.approx(1.1, abs=1e-15)
     assert m["rollout/reward_mean"] == pytest.approx(7 / 12, abs=1e-15)
     assert m["rollout/reward_std"] == pytest.approx(math.sqrt(420 / 1584), abs=1e-15)
+    # groups 2 and 3 have all-equal rewards: 2 of 3 rolled out; HT (0 / 0.5 + 1 / 1 + 1 / 0.25) / 5 = 1
+    assert m["rollout/equal_reward_frac"] == pytest.approx(2 / 3, abs=1e-15)
+    assert m["rollout/equal_reward_frac_ht"] == pytest.approx(1.0, abs=1e-15)
     assert all(isinstance(v, float) for v in m.values())
+
+
+def test_equal_reward_share_compares_continuous_rewards_exactly():
+    # countdown's partial credit: 0.05 for a well-formed wrong answer, so [0.05, 0, 0.05] is a mixed group
+    r = torch.tensor([[0.05, 0.05, 0.05], [0.05, 0.0, 0.05], [0.0, 0.0, 0.0], [1.0, 1.0, 0.05]])
+    m = reward_stats(r)
+    assert m["rollout/equal_reward_frac"] == m["rollout/equal_reward_frac_ht"] == 0.5
+    assert reward_stats(torch.ones(0, 4))["rollout/equal_reward_frac"] == 0.0
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -27,28 +38,36 @@ def test_without_prompt_pruning_reward_ht_is_the_reward_mean_exactly(seed):
     r = torch.rand(7, 5, generator=g, dtype=torch.float64) * 3 - 1  # non-binary: summation order matters
     m = reward_stats(r)
     assert m["rollout/reward_ht"] == m["rollout/reward_mean"]  # the same float, not just close
+    assert m["rollout/equal_reward_frac_ht"] == m["rollout/equal_reward_frac"]
     assert m["rollout/reward_mean"] == pytest.approx(float(r.mean()), rel=1e-14)
     assert reward_stats(r, torch.ones(7), num_drawn=7) == m
 
 
 def test_reward_ht_is_unbiased_for_the_drawn_batch_mean_over_prompt_draws():
     """Monte-Carlo over the seeded prompt-pruning draws (as the samples generator draws): the mean of
-    reward_ht is the drawn batch's mean reward; the mean over rolled-out prompts is tilted away from it."""
+    reward_ht is the drawn batch's mean reward (and equal_reward_frac_ht its share of all-equal groups);
+    the mean over rolled-out prompts is tilted away from it."""
     g = torch.Generator().manual_seed(0)
     B, G = 8, 4
     rewards = (torch.rand(B, G, generator=g) < torch.linspace(0.05, 0.95, B)[:, None]).double()
     scores = torch.tensor([0.1, 0.9, 0.3, 0.05, 0.7, 0.5, 0.2, 0.8], dtype=torch.float64)
+    rewards[1] = 1.0  # two groups of equal rewards at least, one kept with a high q, one with a low
+    rewards[3] = 0.0
     truth = float(rewards.mean())
-    ht, plain = [], []
+    truth_equal = float((rewards == rewards[:, :1]).all(1).double().mean())  # groups 1, 3 and chance ones
+    ht, plain, ht_equal = [], [], []
     for r in range(4000):
         draw, _ = prune_prompts(scores, 0.5, 0.1, "systematic", step_generator(3, r, 0))
         kept = draw.mask
         m = reward_stats(rewards[kept], draw.prob[kept], num_drawn=B)
         ht.append(m["rollout/reward_ht"])
         plain.append(m["rollout/reward_mean"])
-    ht, plain = torch.tensor(ht), torch.tensor(plain)
+        ht_equal.append(m["rollout/equal_reward_frac_ht"])
+    ht, plain, ht_equal = torch.tensor(ht), torch.tensor(plain), torch.tensor(ht_equal)
     se = ht.std() / len(ht) ** 0.5
     assert abs(float(ht.mean()) - truth) < 4 * se
+    assert ht_equal.std() > 0.1  # the share varies from draw to draw ...
+    assert abs(float(ht_equal.mean()) - truth_equal) < 4 * ht_equal.std() / len(ht_equal) ** 0.5  # ... unbiased
     assert abs(float(plain.mean()) - truth) > 10 * plain.std() / len(plain) ** 0.5  # the test has teeth
 
 
