@@ -66,8 +66,8 @@ def test_reward_ht_is_unbiased_for_the_drawn_batch_mean_over_prompt_draws():
     ht, plain, ht_equal = torch.tensor(ht), torch.tensor(plain), torch.tensor(ht_equal)
     se = ht.std() / len(ht) ** 0.5
     assert abs(float(ht.mean()) - truth) < 4 * se
-    assert ht_equal.std() > 0.1  # the share varies from draw to draw ...
-    assert abs(float(ht_equal.mean()) - truth_equal) < 4 * ht_equal.std() / len(ht_equal) ** 0.5  # ... unbiased
+    assert ht_equal.std() > 0.1  # the share varies from draw to draw, and its mean is unbiased
+    assert abs(float(ht_equal.mean()) - truth_equal) < 4 * ht_equal.std() / len(ht_equal) ** 0.5
     assert abs(float(plain.mean()) - truth) > 10 * plain.std() / len(plain) ** 0.5  # the test has teeth
 
 
