@@ -1,0 +1,122 @@
+"""The lossless limit of pruning on a task: how much of a GRPO batch has no policy gradient at all, and
+the training time an oracle that skipped exactly that part would need.
+
+    python benchmarks/lossless_limit.py --arm grpo='runs/x/grpo_s*' [--arm dppo='runs/x/dppo_s*'] \
+        [--warmup 1]
+
+A group whose G rewards are all equal has advantage 0 for every completion under a group estimator
+(GRPO's), so with no KL or entropy term it adds nothing to the step's gradient. Those are the only
+completions any pruning can skip and leave GRPO's gradient exactly as it was; skipping any other adds
+variance (the half-batch control in benchmarks/RESULTS.md learns less per step). An oracle that knew
+them before rollout would roll out and train only the rest: in compare's model of a step (the ideal
+ratio g (f + (1 - f)(1 - r_o)), with g its rolled-out share and r_o = 0), its step i costs
+(1 - u_i) of GRPO's, u_i the step's share of all-equal groups. Over a run whose steps take T_i:
+
+    lossless time ratio = sum_i T_i (1 - u_i) / sum_i T_i      (the oracle's time / GRPO's)
+
+A pruner that learns per step as GRPO does needs at least this fraction of GRPO's training time to reach
+any accuracy; a pruner below it learns less per step and must make that up with faster steps.
+
+u_i is ``rollout/equal_reward_frac_ht`` (the Horvitz-Thompson estimate of the DRAWN batch's share; for
+GRPO exactly the rolled-out share), logged by every run since the metric was added; T_i is the run's own
+``timing/step_total``. The steps after ``--warmup`` enter (compare's warm-up). For an arm other than
+GRPO the share is that of the batches it drew (its own policy's), and T_i its own step times: read the
+GRPO arm's row for the task's limit. Per arm: mean ± sd and range over seeds; the shares of the first
+and second half of each run's steps show how the share moves as the policy learns.
+
+It reads the runs through compare's own path (``openrlhf_dppo.cli.compare.load_report``): the same arm
+specs and globs, and the same comparability warnings, printed under the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from openrlhf_dppo import run_dir as R  # noqa: E402
+from openrlhf_dppo.cli.compare import load_report  # noqa: E402
+from openrlhf_dppo.report import RunDirError, Settings  # noqa: E402
+
+
+def run_limit(train: list[dict], warmup: int) -> dict | None:
+    """One run's equal-reward shares and lossless time ratio (None: no step after warm-up carries both
+    the share and the step time). Raises ValueError when some steps carry the share and others do not."""
+    rows = [r for r in train if r.get(R.STEP, 0) > warmup]
+    have = [r for r in rows if r.get(R.EQUAL_REWARD_FRAC_HT) is not None and r.get(R.STEP_TOTAL) is not None]
+    if not have:
+        return None
+    if len(have) != len(rows):
+        raise ValueError(f"{len(rows) - len(have)} of {len(rows)} steps lack {R.EQUAL_REWARD_FRAC_HT}")
+    u = [float(r[R.EQUAL_REWARD_FRAC_HT]) for r in have]
+    t = [float(r[R.STEP_TOTAL]) for r in have]
+    half = len(u) // 2
+    total = sum(t)
+    ratio = sum(ti * (1.0 - ui) for ti, ui in zip(t, u)) / total
+    return {
+        "steps": len(u),
+        "share": statistics.fmean(u),
+        "share_first_half": statistics.fmean(u[:half]) if half else float("nan"),
+        "share_second_half": statistics.fmean(u[half:]),
+        "time_ratio": ratio,
+        "speedup": 1.0 / ratio if ratio > 0 else float("inf"),
+    }
+
+
+def spread(values: list[float], fmt: str = ".3f") -> str:
+    if len(values) == 1:
+        return format(values[0], fmt)
+    mean, sd = statistics.fmean(values), statistics.stdev(values)
+    return f"{mean:{fmt}} ± {sd:{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
+
+
+def main(argv=None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arm", action="append", required=True, metavar="NAME=GLOB", help="an arm's runs")
+    ap.add_argument("--warmup", type=int, default=1, help="leading steps left out (compare's --warmup)")
+    args = ap.parse_args(argv)
+    if args.warmup < 0:
+        ap.error(f"--warmup must be >= 0, got {args.warmup}")
+    try:
+        report = load_report([], args.arm, None, Settings(warmup=args.warmup))
+    except (RunDirError, ValueError) as err:
+        ap.error(str(err))
+    rows = []
+    for arm in report.arms:
+        limits = []
+        for member in arm.members:
+            try:
+                limit = run_limit(member.run.train, args.warmup)
+            except ValueError as err:
+                ap.error(f"--arm {arm.name}: run {member.run.name}: {err}")
+            if limit is None:
+                ap.error(
+                    f"--arm {arm.name}: run {member.run.name} logs no {R.EQUAL_REWARD_FRAC_HT} after its "
+                    f"first {args.warmup} step(s) (a run from before the metric was added, or too short)"
+                )
+            limits.append(limit)
+        rows.append({"arm": arm.name, "seeds": len(limits), **{k: [m[k] for m in limits] for k in limits[0]}})
+    print(
+        "share of each drawn batch's groups whose rewards are all equal (no policy gradient), and the "
+        "training time an oracle skipping exactly those would need, as a fraction of the arm's own; "
+        "mean ± sd (range) over seeds"
+    )
+    head = ["arm", "seeds", "steps", "equal-reward share", "first half", "second half",
+            "lossless time ratio", "lossless speedup"]  # fmt: skip
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for row in rows:
+        cells = [row["arm"], str(row["seeds"]), spread(row["steps"], ".0f"), spread(row["share"]),
+                 spread(row["share_first_half"]), spread(row["share_second_half"]),
+                 spread(row["time_ratio"]), spread(row["speedup"], ".2f") + "x"]  # fmt: skip
+        print("| " + " | ".join(cells) + " |")
+    for warning in report.warnings:
+        print(f"warning: {warning}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
