@@ -25,7 +25,9 @@ GRPO arm's row for the task's limit. Per arm: mean ± sd and range over seeds; t
 and second half of each run's steps show how the share moves as the policy learns.
 
 It reads the runs through compare's own path (``openrlhf_dppo.cli.compare.load_report``): the same arm
-specs and globs, and the same comparability warnings, printed under the table.
+specs and globs, and the same comparability warnings, printed under the table. compare's step-time table
+gives the baseline's limit as "lossless limit (baseline)" (the same ``lossless_time_ratio``); this script
+adds every arm's, each seed's spread and the two halves of each run.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from openrlhf_dppo import run_dir as R  # noqa: E402
 from openrlhf_dppo.cli.compare import load_report  # noqa: E402
 from openrlhf_dppo.report import RunDirError, Settings  # noqa: E402
+from openrlhf_dppo.report.speedup import lossless_time_ratio  # noqa: E402
 
 
 def run_limit(train: list[dict], warmup: int) -> dict | None:
@@ -54,8 +57,7 @@ def run_limit(train: list[dict], warmup: int) -> dict | None:
     u = [float(r[R.EQUAL_REWARD_FRAC_HT]) for r in have]
     t = [float(r[R.STEP_TOTAL]) for r in have]
     half = len(u) // 2
-    total = sum(t)
-    ratio = sum(ti * (1.0 - ui) for ti, ui in zip(t, u)) / total
+    ratio = lossless_time_ratio(u, t)
     return {
         "steps": len(u),
         "share": statistics.fmean(u),

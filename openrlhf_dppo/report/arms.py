@@ -99,6 +99,7 @@ class Comparison:
     rollout: float  # g: samples generated per step / the baseline's (1 - r_q where not logged)
     rollout_measured: bool  # g from samples/generated (False: taken as 1 - r_q)
     ideal_ratio: float | None  # lower bound of T_other / T_baseline: g (f + (1 - f)(1 - r_o))
+    lossless_ratio: float | None  # the baseline's lossless limit (speedup.py item 4), mean over its seeds
     differences: list[Difference] = field(default_factory=list)
 
     @property
@@ -108,6 +109,10 @@ class Comparison:
     @property
     def ideal_speedup(self) -> float | None:
         return S.ratio_or_none(1.0, self.ideal_ratio)
+
+    @property
+    def lossless_speedup(self) -> float | None:
+        return S.ratio_or_none(1.0, self.lossless_ratio)
 
     @property
     def step_efficiency(self) -> float | None:
@@ -233,6 +238,7 @@ def compare_arms(base: Arm, other: Arm) -> Comparison:
         rollout=g,
         rollout_measured=measured is not None,
         ideal_ratio=S.rollout_step_ratio(clamp(f), g, clamp(r_o)) if f is not None else None,
+        lossless_ratio=base.mean_of("lossless_ratio"),
         differences=arm_differences(base.members[0].run.config, other.members[0].run.config),
     )
 

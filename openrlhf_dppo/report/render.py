@@ -44,6 +44,12 @@ METHOD_NOTES = """\
   where that is not logged, 1 - `samples/trained` / `samples/generated`: for GRPO + dynamic filtering the
   fraction of generated completions its filter dropped (`tokens/filtered`), which the work table marks
   "filtered, not pruned".
+- **Lossless limit** = 1 / (sum_i T_i (1 - u_i) / sum_i T_i) over the baseline's steps after warm-up,
+  mean over its seeds: u_i = `rollout/equal_reward_frac_ht`, the share of step i's groups whose rewards
+  are all equal (advantage 0 under a group estimator, no policy gradient), T_i = `timing/step_total`.
+  Skipping only those groups leaves the baseline's gradient exactly as it was; an arm whose steps are
+  faster than this trains on fewer gradient-carrying groups a step, and whether that costs accuracy per
+  step depends on the task (the held-out curves by step say). "—" where the baseline does not log it.
 - **Training reward**: `rollout/reward_ht` where logged (the Horvitz-Thompson estimate of the drawn
   batch's mean reward; GRPO's equals its `rollout/reward_mean`), else `rollout/reward_mean`; trailing
   mean over {smooth} steps. It is no held-out measure: the headline does not use it.

@@ -15,7 +15,13 @@ Three numbers answer "was DPPO faster?":
    are never rolled out and the kept ones are the whole batch (``shrink``), not where pruning chooses
    among more prompts drawn than rolled out (``refill`` draws 2B and rolls out about B, as many as
    GRPO) or where a step rolls out more (dynamic filtering). So the report uses the measured rollout,
-   g = samples generated per step / the baseline's, in its place (``rollout_step_ratio``).
+   g = samples generated per step / the baseline's, in its place (``rollout_step_ratio``);
+4. the lossless limit (``lossless_time_ratio``): a group whose rewards are all equal has advantage 0
+   under a group estimator, and no policy gradient; only those groups can be skipped with the step's
+   gradient left exactly as the baseline's. An oracle that rolled out and trained only the rest would
+   take (1 - u_i) of the baseline's step i in the model of item 3 (g = 1 - u_i, r_o = 0), u_i the
+   step's share of such groups (``rollout/equal_reward_frac_ht``). An arm faster than that must
+   drop groups that carry gradient, and learn from a smaller batch a step.
 """
 
 from __future__ import annotations
@@ -75,6 +81,18 @@ def rollout_step_ratio(f: float, rollout: float, completion_prune_rate: float) -
     if not rollout >= 0.0:
         raise ValueError(f"g (samples generated per step / the baseline's) must be >= 0, got {rollout}")
     return ideal_step_ratio(f, 0.0, completion_prune_rate) * rollout
+
+
+def lossless_time_ratio(shares: Sequence[float], step_times: Sequence[float]) -> float:
+    """Item 4 over a run: sum_i T_i (1 - u_i) / sum_i T_i, u_i the step's share of all-equal-reward
+    groups and T_i its step time (the oracle's training time over the run's own)."""
+    if len(shares) != len(step_times) or not shares:
+        raise ValueError(f"need one share per step time, got {len(shares)} and {len(step_times)}")
+    if not all(0.0 <= u <= 1.0 for u in shares):
+        raise ValueError(f"equal-reward shares must be in [0, 1], got {min(shares)}-{max(shares)}")
+    if not all(t >= 0.0 for t in step_times) or sum(step_times) <= 0.0:
+        raise ValueError("step times must be >= 0 with a positive sum")
+    return sum(t * (1.0 - u) for u, t in zip(shares, step_times)) / sum(step_times)
 
 
 def ratio_or_none(num: float | None, den: float | None) -> float | None:

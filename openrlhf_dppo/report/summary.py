@@ -69,6 +69,7 @@ class RunSummary:
     step_time: float | None  # median timing/step_total
     phases: dict[str, float | None]  # median of every timing/* key but the total
     generation_share: float | None  # median generation / median step total
+    lossless_ratio: float | None  # speedup.lossless_time_ratio over the steps used (None: not logged)
     totals: dict[str, float | None]  # summed tokens/* and samples/* (None: never logged)
     reward_key: str  # rollout/reward_ht when logged, else rollout/reward_mean
     reward_steps: list[int]
@@ -183,6 +184,19 @@ def _eval_n(run: Run, datasets: list[str], counts: list[float | None]) -> float 
     return n
 
 
+def _lossless_ratio(used: list[dict]) -> float | None:
+    """speedup.lossless_time_ratio over the steps used; None unless every one logs its equal-reward
+    share and step time (a run from before the metric, or a reward model's run)."""
+    shares, times = [], []
+    for row in used:
+        u, t = number(row.get(R.EQUAL_REWARD_FRAC_HT)), number(row.get(STEP_TOTAL))
+        if u is None or t is None:
+            return None
+        shares.append(u)
+        times.append(t)
+    return S.lossless_time_ratio(shares, times) if used else None
+
+
 def summarize(run: Run, settings: Settings) -> RunSummary:
     # medians and means skip the first `warmup` steps (all steps are kept when that would leave none)
     used = S.after_warmup(run.train, settings.warmup)
@@ -227,6 +241,7 @@ def summarize(run: Run, settings: Settings) -> RunSummary:
         step_time=step_time,
         phases=phases,
         generation_share=S.ratio_or_none(phases[R.GENERATION], step_time),
+        lossless_ratio=_lossless_ratio(used),
         totals=sums,
         reward_key=reward_key,
         reward_steps=reward_steps,

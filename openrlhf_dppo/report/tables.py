@@ -187,7 +187,7 @@ def work_table(report: Report) -> Table:
 
 def speedup_table(report: Report) -> Table:
     headers = ["arm", "step-time speedup", "ideal speedup", "step / ideal", "f (baseline)", "g", "r_q", "r_o"]
-    headers.append("comparable")
+    headers += ["lossless limit (baseline)", "comparable"]
     rows = []
     for c in report.comparisons:
         rows.append(
@@ -197,6 +197,7 @@ def speedup_table(report: Report) -> Table:
                 fmt(c.rollout, ".3f") + ("" if c.rollout_measured else " (1 - r_q)"),
                 fmt(c.r_q, ".3f"),
                 fmt(c.r_o, ".3f"),
+                fmt(c.lossless_speedup, ".2f", "x"),
                 "yes" if c.comparable else "NO (see warnings)",
             ]
         )
@@ -204,7 +205,9 @@ def speedup_table(report: Report) -> Table:
         f"Step time vs the baseline {report.baseline.name} (ideal = 1 / (g (f + (1 - f)(1 - r_o))), "
         "f from the baseline, g = the arm's samples generated per step / the baseline's, r_q / r_o measured "
         "in the arm, r_o the fraction of generated completions not trained: DPPO's pruning or dynamic "
-        "filtering's drops; means over seeds)"
+        "filtering's drops; lossless limit = the speedup of skipping only the baseline's groups of "
+        "all-equal rewards, which carry no gradient (— where not logged): faster steps than that "
+        "drop groups that do; means over seeds)"
     )
     return title, headers, rows
 

@@ -86,7 +86,7 @@ def test_cli_writes_report_and_prints_the_table(grpo_dir, dppo_dir, tmp_path, ca
         "measured; 2.00x step-time speedup (75% of the ideal 2.67x)\n" in md
     )
     assert "dppo has 1 eval point(s), fewer than --eval-window 3: it has no smoothed held-out value" in md
-    assert "| dppo | 2.00x | 2.67x | 75% | 0.500 | 0.500 | 0.500 | 0.500 | yes |" in md
+    assert "| dppo | 2.00x | 2.67x | 75% | 0.500 | 0.500 | 0.500 | 0.500 | — | yes |" in md
     assert "0.500 (cfg 0.5)" in md  # measured and configured prune rates side by side
     assert "after the first 1 warm-up step(s)" in md and "last 2 steps" in md
     # reward time to target on training time: GRPO .5 at 27 s, DPPO at 14.5 s (the work table)

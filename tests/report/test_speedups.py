@@ -190,3 +190,42 @@ def test_without_samples_generated_the_rollout_is_taken_as_one_minus_r_q(grpo_di
     assert (c.rollout, c.rollout_measured, c.ideal_ratio) == pytest.approx((0.5, False, 0.375), **TOL)
     title, headers, rows = speedup_table(rep)
     assert rows[0][headers.index("g")] == "0.500 (1 - r_q)"
+
+
+def _with_equal_reward_shares(run_dir, shares):
+    """Step i (1-based) of the run logs rollout/equal_reward_frac_ht = shares[i - 1] (None: left out)."""
+    path = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in rows:
+        if r.get("kind") == "train" and shares[r["step"] - 1] is not None:
+            r["rollout/equal_reward_frac_ht"] = shares[r["step"] - 1]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_the_lossless_limit_is_the_baselines_step_time_weighted_equal_reward_share(grpo_dir, dppo_dir):
+    # GRPO's steps 2-5 (after warm-up 1) take 4, 4, 5, 4 s with shares .5, .25, .2, 0 (step 1's .9 is
+    # left out): the oracle takes 2 + 3 + 4 + 4 = 13 of 17 s -> ratio 13/17, limit 17/13 x
+    _with_equal_reward_shares(grpo_dir, [0.9, 0.5, 0.25, 0.2, 0.0])
+    _with_equal_reward_shares(dppo_dir, [0.1, 0.1, 0.1, 0.1, 0.1])  # the arm's own shares do not enter
+    rep = _report(grpo_dir, dppo_dir, warmup=1, smooth=2)
+    grpo, dppo = rep.summaries
+    assert grpo.lossless_ratio == pytest.approx(13 / 17, **TOL)
+    assert dppo.lossless_ratio == pytest.approx(0.9, **TOL)
+    c = rep.comparisons[0]
+    assert c.lossless_ratio == pytest.approx(13 / 17, **TOL)
+    assert c.lossless_speedup == pytest.approx(17 / 13, **TOL)
+    title, headers, rows = speedup_table(rep)
+    assert rows[0][headers.index("lossless limit (baseline)")] == "1.31x"
+    assert "lossless limit = the speedup of skipping only the baseline's groups" in title
+
+
+def test_the_lossless_limit_needs_the_share_on_every_step_used(grpo_dir, dppo_dir):
+    _with_equal_reward_shares(grpo_dir, [0.9, 0.5, None, 0.2, 0.0])  # a step without it: no limit
+    rep = _report(grpo_dir, dppo_dir, warmup=1, smooth=2)
+    assert rep.summaries[0].lossless_ratio is None and rep.comparisons[0].lossless_speedup is None
+    title, headers, rows = speedup_table(rep)
+    assert rows[0][headers.index("lossless limit (baseline)")] == "—"
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        S.lossless_time_ratio([1.5], [1.0])
+    with pytest.raises(ValueError, match="one share per step time"):
+        S.lossless_time_ratio([0.5, 0.5], [1.0])
