@@ -21,7 +21,9 @@ u_i is ``rollout/equal_reward_frac_ht`` (the Horvitz-Thompson estimate of the DR
 GRPO exactly the rolled-out share), logged by every run since the metric was added; T_i is the run's own
 ``timing/step_total``. The steps after ``--warmup`` enter (compare's warm-up). For an arm other than
 GRPO the share is that of the batches it drew (its own policy's), and T_i its own step times: read the
-GRPO arm's row for the task's limit. Per arm: mean ± sd and range over seeds; the shares of the first
+GRPO arm's row for the task's limit. The rolled-out share (``rollout/equal_reward_frac``, the groups
+the arm actually rolled out) below the drawn batch's estimate is what an arm's prompt selection avoided;
+for GRPO the two are the same. Per arm: mean ± sd and range over seeds; the shares of the first
 and second half of each run's steps show how the share moves as the policy learns.
 
 It reads the runs through compare's own path (``openrlhf_dppo.cli.compare.load_report``): the same arm
@@ -55,12 +57,14 @@ def run_limit(train: list[dict], warmup: int) -> dict | None:
     if len(have) != len(rows):
         raise ValueError(f"{len(rows) - len(have)} of {len(rows)} steps lack {R.EQUAL_REWARD_FRAC_HT}")
     u = [float(r[R.EQUAL_REWARD_FRAC_HT]) for r in have]
+    rolled = [float(r[R.EQUAL_REWARD_FRAC]) for r in have if r.get(R.EQUAL_REWARD_FRAC) is not None]
     t = [float(r[R.STEP_TOTAL]) for r in have]
     half = len(u) // 2
     ratio = lossless_time_ratio(u, t)
     return {
         "steps": len(u),
         "share": statistics.fmean(u),
+        "rolled_out_share": statistics.fmean(rolled) if len(rolled) == len(u) else float("nan"),
         "share_first_half": statistics.fmean(u[:half]) if half else float("nan"),
         "share_second_half": statistics.fmean(u[half:]),
         "time_ratio": ratio,
@@ -106,13 +110,14 @@ def main(argv=None) -> list[dict]:
         "training time an oracle skipping exactly those would need, as a fraction of the arm's own; "
         "mean ± sd (range) over seeds"
     )
-    head = ["arm", "seeds", "steps", "equal-reward share", "first half", "second half",
+    head = ["arm", "seeds", "steps", "equal-reward share", "first half", "second half", "rolled-out share",
             "lossless time ratio", "lossless speedup"]  # fmt: skip
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:
         cells = [row["arm"], str(row["seeds"]), spread(row["steps"], ".0f"), spread(row["share"]),
                  spread(row["share_first_half"]), spread(row["share_second_half"]),
+                 spread(row["rolled_out_share"]),
                  spread(row["time_ratio"]), spread(row["speedup"], ".2f") + "x"]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
     for warning in report.warnings:

@@ -34,6 +34,7 @@ def make_run(root: Path, name: str, shares: list[float | None], times: list[floa
             i = row["step"] - 1
             if shares[i] is not None:
                 row["rollout/equal_reward_frac_ht"] = shares[i]
+                row["rollout/equal_reward_frac"] = shares[i] / 2  # what a selection rolled out
             if times is not None:
                 row["timing/step_total"] = times[i]
     (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -57,7 +58,8 @@ def test_the_ratio_is_weighted_by_step_time_and_leaves_out_the_warm_up(tmp_path)
     assert row["speedup"] == [pytest.approx(8 / 7, abs=1e-12)]
     assert row["share"] == [pytest.approx(0.25)]
     assert row["share_first_half"] == [pytest.approx(0.5)] and row["share_second_half"] == [0.0]
-    assert "| g | 1 | 4 | 0.250 | 0.500 | 0.000 | 0.875 | 1.14x |" in text
+    assert row["rolled_out_share"] == [pytest.approx(0.125)]
+    assert "| g | 1 | 4 | 0.250 | 0.500 | 0.000 | 0.125 | 0.875 | 1.14x |" in text
     (row,), _ = _main(["--arm", f"g={tmp_path}/g_s*", "--warmup", "0"])
     assert row["steps"] == [5] and row["share"] == [pytest.approx(1.9 / 5)]
 
