@@ -85,11 +85,15 @@ def rollout_step_ratio(f: float, rollout: float, completion_prune_rate: float) -
 
 def lossless_time_ratio(shares: Sequence[float], step_times: Sequence[float]) -> float:
     """Item 4 over a run: sum_i T_i (1 - u_i) / sum_i T_i, u_i the step's share of all-equal-reward
-    groups and T_i its step time (the oracle's training time over the run's own)."""
+    groups and T_i its step time (the oracle's training time over the run's own).
+
+    In a run that prunes prompts u_i is a Horvitz-Thompson estimate, which can exceed 1 on a step (a
+    draw that rolled out mostly all-equal groups kept with low q); it is unbiased, so it is taken as it
+    is, not clipped (clipping would bias the run's figure). GRPO's u_i are shares, in [0, 1]."""
     if len(shares) != len(step_times) or not shares:
         raise ValueError(f"need one share per step time, got {len(shares)} and {len(step_times)}")
-    if not all(0.0 <= u <= 1.0 for u in shares):
-        raise ValueError(f"equal-reward shares must be in [0, 1], got {min(shares)}-{max(shares)}")
+    if not all(u >= 0.0 for u in shares):
+        raise ValueError(f"equal-reward shares must be >= 0, got {min(shares)}")
     if not all(t >= 0.0 for t in step_times) or sum(step_times) <= 0.0:
         raise ValueError("step times must be >= 0 with a positive sum")
     return sum(t * (1.0 - u) for u, t in zip(shares, step_times)) / sum(step_times)

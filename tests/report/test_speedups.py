@@ -225,7 +225,17 @@ def test_the_lossless_limit_needs_the_share_on_every_step_used(grpo_dir, dppo_di
     assert rep.summaries[0].lossless_ratio is None and rep.comparisons[0].lossless_speedup is None
     title, headers, rows = speedup_table(rep)
     assert rows[0][headers.index("lossless limit (baseline)")] == "—"
-    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
-        S.lossless_time_ratio([1.5], [1.0])
+    with pytest.raises(ValueError, match=">= 0"):
+        S.lossless_time_ratio([-0.5], [1.0])
     with pytest.raises(ValueError, match="one share per step time"):
         S.lossless_time_ratio([0.5, 0.5], [1.0])
+
+
+def test_a_pruned_runs_horvitz_thompson_share_above_one_is_taken_as_it_is(grpo_dir, dppo_dir):
+    # a DPPO step that rolled out mostly all-equal groups kept with a low q: HT share 1.5 on step 3
+    _with_equal_reward_shares(grpo_dir, [0.3, 0.3, 0.3, 0.3, 0.3])
+    _with_equal_reward_shares(dppo_dir, [0.2, 0.2, 1.5, 0.2, 0.2])
+    rep = _report(grpo_dir, dppo_dir, warmup=1, smooth=2)
+    # DPPO's steps 2-5 take 2, 2, 2.5, 2 s: (1.6 - 1 + 2 + 1.6) / 8.5 s, unclipped
+    assert rep.summaries[1].lossless_ratio == pytest.approx((1.6 - 1.0 + 2.0 + 1.6) / 8.5, **TOL)
+    assert rep.comparisons[0].lossless_ratio == pytest.approx(0.7, **TOL)  # the baseline's
