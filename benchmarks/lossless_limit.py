@@ -6,16 +6,16 @@ the training time an oracle that skipped exactly that part would need.
 
 A group whose G rewards are all equal has advantage 0 for every completion under a group estimator
 (GRPO's), so with no KL or entropy term it adds nothing to the step's gradient. Those are the only
-completions any pruning can skip and leave GRPO's gradient exactly as it was; skipping any other adds
-variance (the half-batch control in benchmarks/RESULTS.md learns less per step). An oracle that knew
+completions any pruning can skip and leave GRPO's gradient exactly as it was. An oracle that knew
 them before rollout would roll out and train only the rest: in compare's model of a step (the ideal
 ratio g (f + (1 - f)(1 - r_o)), with g its rolled-out share and r_o = 0), its step i costs
 (1 - u_i) of GRPO's, u_i the step's share of all-equal groups. Over a run whose steps take T_i:
 
     lossless time ratio = sum_i T_i (1 - u_i) / sum_i T_i      (the oracle's time / GRPO's)
 
-A pruner that learns per step as GRPO does needs at least this fraction of GRPO's training time to reach
-any accuracy; a pruner below it learns less per step and must make that up with faster steps.
+A pruner that keeps GRPO's gradient exactly needs at least this fraction of GRPO's training time. A
+faster one drops groups that carry gradient; whether it then learns less per step depends on the task
+(benchmarks/RESULTS.md, "The lossless limit").
 
 u_i is ``rollout/equal_reward_frac_ht`` (the Horvitz-Thompson estimate of the DRAWN batch's share; for
 GRPO exactly the rolled-out share), logged by every run since the metric was added; T_i is the run's own
@@ -44,27 +44,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from openrlhf_dppo import run_dir as R  # noqa: E402
 from openrlhf_dppo.cli.compare import load_report  # noqa: E402
 from openrlhf_dppo.report import RunDirError, Settings  # noqa: E402
-from openrlhf_dppo.report.speedup import lossless_time_ratio  # noqa: E402
+from openrlhf_dppo.report.speedup import after_warmup  # noqa: E402
 
 
-def run_limit(train: list[dict], warmup: int) -> dict | None:
-    """One run's equal-reward shares and lossless time ratio (None: no step after warm-up carries both
-    the share and the step time). Raises ValueError when some steps carry the share and others do not."""
-    rows = [r for r in train if r.get(R.STEP, 0) > warmup]
-    have = [r for r in rows if r.get(R.EQUAL_REWARD_FRAC_HT) is not None and r.get(R.STEP_TOTAL) is not None]
-    if not have:
+def run_limit(member, warmup: int) -> dict | None:
+    """One run's equal-reward shares over the steps compare uses (``report.speedup.after_warmup``) and
+    its lossless time ratio (compare's own, ``RunSummary.lossless_ratio``); None when a step lacks the
+    share (a run from before the metric)."""
+    rows = after_warmup(member.run.train, warmup)
+    u = [R.number(r.get(R.EQUAL_REWARD_FRAC_HT)) for r in rows]
+    rolled = [R.number(r.get(R.EQUAL_REWARD_FRAC)) for r in rows]
+    if member.lossless_ratio is None or any(v is None for v in u + rolled):
         return None
-    if len(have) != len(rows):
-        raise ValueError(f"{len(rows) - len(have)} of {len(rows)} steps lack {R.EQUAL_REWARD_FRAC_HT}")
-    u = [float(r[R.EQUAL_REWARD_FRAC_HT]) for r in have]
-    rolled = [float(r[R.EQUAL_REWARD_FRAC]) for r in have if r.get(R.EQUAL_REWARD_FRAC) is not None]
-    t = [float(r[R.STEP_TOTAL]) for r in have]
     half = len(u) // 2
-    ratio = lossless_time_ratio(u, t)
+    ratio = member.lossless_ratio
     return {
         "steps": len(u),
         "share": statistics.fmean(u),
-        "rolled_out_share": statistics.fmean(rolled) if len(rolled) == len(u) else float("nan"),
+        "rolled_out_share": statistics.fmean(rolled),
         "share_first_half": statistics.fmean(u[:half]) if half else float("nan"),
         "share_second_half": statistics.fmean(u[half:]),
         "time_ratio": ratio,
@@ -94,14 +91,12 @@ def main(argv=None) -> list[dict]:
     for arm in report.arms:
         limits = []
         for member in arm.members:
-            try:
-                limit = run_limit(member.run.train, args.warmup)
-            except ValueError as err:
-                ap.error(f"--arm {arm.name}: run {member.run.name}: {err}")
+            limit = run_limit(member, args.warmup)
             if limit is None:
                 ap.error(
-                    f"--arm {arm.name}: run {member.run.name} logs no {R.EQUAL_REWARD_FRAC_HT} after its "
-                    f"first {args.warmup} step(s) (a run from before the metric was added, or too short)"
+                    f"--arm {arm.name}: run {member.run.name} does not log {R.EQUAL_REWARD_FRAC_HT} and "
+                    f"{R.EQUAL_REWARD_FRAC} on every step after its first {args.warmup} (a run from "
+                    "before the metric was added)"
                 )
             limits.append(limit)
         rows.append({"arm": arm.name, "seeds": len(limits), **{k: [m[k] for m in limits] for k in limits[0]}})

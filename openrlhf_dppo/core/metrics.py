@@ -85,8 +85,8 @@ def reward_stats(rewards: torch.Tensor, q: torch.Tensor | None = None, num_drawn
     if num_drawn < n:
         raise ValueError(f"num_drawn ({num_drawn}) must be >= the {n} rolled-out prompts")
     if n * group == 0:
-        zero = {REWARD_MEAN: 0.0, REWARD_STD: 0.0, REWARD_HT: 0.0}
-        return zero | {EQUAL_REWARD_FRAC: 0.0, EQUAL_REWARD_FRAC_HT: 0.0}
+        keys = (REWARD_MEAN, REWARD_STD, REWARD_HT, EQUAL_REWARD_FRAC, EQUAL_REWARD_FRAC_HT)
+        return dict.fromkeys(keys, 0.0)
     sums = r.sum(dim=1)  # (n,)
     equal = (r == r[:, :1]).all(dim=1).to(torch.float64)  # (n,) 1 where the G rewards are all equal
     return {

@@ -80,11 +80,11 @@ def test_runs_without_the_share_are_refused_by_name(tmp_path, capsys):
     make_run(tmp_path, "old_s1", [None, None, None])
     with pytest.raises(SystemExit):
         _main(["--arm", f"old={tmp_path}/old_s*"])
-    assert "run old_s1 logs no rollout/equal_reward_frac_ht" in capsys.readouterr().err
+    assert "run old_s1 does not log rollout/equal_reward_frac_ht" in capsys.readouterr().err
     make_run(tmp_path, "mixed_s1", [0.1, None, 0.3])
     with pytest.raises(SystemExit):
         _main(["--arm", f"mixed={tmp_path}/mixed_s*"])
-    assert "1 of 2 steps lack rollout/equal_reward_frac_ht" in capsys.readouterr().err
+    assert "run mixed_s1 does not log rollout/equal_reward_frac_ht" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         _main(["--arm", f"mixed={tmp_path}/mixed_s*", "--warmup", "-1"])
     assert "--warmup must be >= 0" in capsys.readouterr().err
