@@ -52,6 +52,7 @@ TOKENS_PER_SEC = "perf/tokens_per_sec"
 # ---- DPPO: pruning levels (core/keep_probs.py, core/levels.py) -------------------------------------
 PROMPT_KEEP_FRAC = "dppo/prompt_keep_frac"  # realised kept fraction of the drawn prompts
 PROMPT_KEEP_FRAC_EXPECTED = "dppo/prompt_keep_frac_expected"  # sum q / B
+PROMPT_PRUNE_RATE_TARGET = "dppo/prompt_prune_rate_target"  # the draw's r_q (--dppo.prompt_rate_control)
 PROMPT_KEEP_INFEASIBLE = "dppo/prompt_keep_infeasible"  # 1.0 when the target could not be met
 PROMPT_UNSEEN_FRAC = "dppo/prompt_unseen_frac"
 PROMPT_FIXED_SIZE_FALLBACK = "dppo/prompt_fixed_size_fallback"

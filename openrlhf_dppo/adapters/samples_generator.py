@@ -17,8 +17,10 @@ Seams (``OpenRLHF SamplesGenerator``):
        ``shrink``; floor(B / (1 - r_q)) with ``refill``, so that about B are rolled out),
     2. scores them with the prompt history (keyed by dataset index: the dataloader yields prompt text,
        mapped back to its index once from the ``PromptDataset``; identical texts share one entry),
-    3. draws the keep mask with ``core.prune_prompts`` (q from the scores, seeded per draw; with
-       ``--dppo.prompt_prune_rate 0`` every q is 1). The draw never keeps nothing: OpenRLHF's loop
+    3. draws the keep mask with ``core.prune_prompts`` (q from the scores, seeded per draw, at the rate
+       of ``rate_control``, a ``core.PromptRateControl``: ``--dppo.prompt_prune_rate``, or under
+       ``--dppo.prompt_rate_control zero-share`` the all-equal share the trainer fed it from earlier steps;
+       at rate 0 every q is 1). The draw never keeps nothing: OpenRLHF's loop
        would answer an empty step by drawing again, which conditions the step on a non-empty draw
        (``core.sampling``, "Never empty"); so one call is one step, and no draw is left unaccounted,
     4. hands ONLY the kept prompts to OpenRLHF's ``_generate_vllm``, which dispatches them to vLLM
@@ -46,7 +48,7 @@ from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 
 from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters.step import DrawRecord, PromptDraw, Rollouts, StepContext
-from openrlhf_dppo.core import prune_prompts, step_generator
+from openrlhf_dppo.core import PromptRateControl, prune_prompts, step_generator
 
 
 class RewardError(RuntimeError):
@@ -65,6 +67,7 @@ class DPPOSamplesGenerator(SamplesGenerator):
         self.step_limit = step_limit  # --dppo.max_steps (None: OpenRLHF's episodes decide)
         self.steps = 0  # steps whose rollouts were handed out (the trainer sets it on a resume)
         self.draws = 0  # prompt draws made so far: the seed stream of the next draw (checkpointed)
+        self.rate_control = PromptRateControl.from_config(dppo)  # r_q of each draw (checkpointed)
         # --reward.remote_url is a list (files or URLs); --train.agent_func_path one file
         source = self.args.reward.remote_url or self.args.train.agent_func_path
         self.reward_source = ", ".join(source) if isinstance(source, (list, tuple)) else source
@@ -134,9 +137,10 @@ class DPPOSamplesGenerator(SamplesGenerator):
         scores = self.history.score(index, group_size=G)
         cfg = self.dppo
         unseen_score = self.history.mean_seen_score(G) if cfg.unseen_prompts == "mean" else None
+        rate = self.rate_control.rate()  # from earlier steps only: fixed before this rollout
         draw, metrics = prune_prompts(
             scores,
-            cfg.prompt_keep_frac,
+            1.0 - rate,
             cfg.q_min,
             cfg.sampling,
             step_generator(cfg.seed, self.draws, 0),
@@ -160,6 +164,7 @@ class DPPOSamplesGenerator(SamplesGenerator):
             drawn=len(prompts) + replacements, kept=len(kept), rolled_out=len(kept) + replacements
         )
         ctx.metrics.update(metrics)
+        ctx.metrics[rd.PROMPT_PRUNE_RATE_TARGET] = rate
         ctx.add({
             rd.PROMPTS_DRAWN: ctx.draw.drawn,
             rd.PROMPTS_ROLLED_OUT: ctx.draw.rolled_out,

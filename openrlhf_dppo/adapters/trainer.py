@@ -14,8 +14,10 @@ One step, top to bottom (OpenRLHF's ``fit`` loop; the ``StepContext`` rides on t
    count taken where it happens: generated and filtered by the samples generator, pruned by the
    experience maker's mask, trained by the actors from their micro-batches (non-zero weight only;
    GRPO: every experience OpenRLHF's maker hands the actors, ``CountingExperienceMaker``).
+   With DPPO the step's all-equal share (``rollout/equal_reward_frac_ht``) goes to the generator's
+   ``rate_control`` (``--dppo.prompt_rate_control zero-share`` sets the next draws' prune rate from it).
 3. ``save_logs_and_checkpoints``: one metrics.jsonl line per step; the DPPO state (prompt history,
-   draw counters) goes into the checkpoint's client states; ``init_checkpoint_states`` restores it.
+   draw counters, rate control) goes into the checkpoint's client states; ``init_checkpoint_states`` restores it.
 The config is the CLI's validated ``DPPOConfig`` and the run metadata (command line, start time,
 ``--dppo.run_dir``, ``--dppo.max_steps``) the CLI's ``RunMeta``, both passed to the constructor by
 ``adapters.install`` (never rebuilt or re-read from the namespace).
@@ -175,6 +177,8 @@ class _DPPOTrainer(_PPOTrainerBase):
             status, step = super().train_step(rollout_samples, global_step)
         if stats is not None:  # the raw rewards (OpenRLHF's statistics follow the length penalties)
             status.update(stats)
+            if self.dppo.enable:  # --dppo.prompt_rate_control zero-share sets the next draws' rate from it
+                self.samples_generator.rate_control.observe(stats[rd.EQUAL_REWARD_FRAC_HT])
         else:  # a reward model scored the batch: OpenRLHF's statistics, q = 1 for every prompt
             status[rd.REWARD_HT] = status[rd.REWARD_MEAN]
         status.update(ctx.metrics)
@@ -205,6 +209,7 @@ class _DPPOTrainer(_PPOTrainerBase):
         return {
             "history": self._dppo_history().state_dict(),
             "draws": self.samples_generator.draws,
+            "rate_control": self.samples_generator.rate_control.state_dict(),
             "config": self.dppo.asdict(),
         }
 
@@ -212,6 +217,8 @@ class _DPPOTrainer(_PPOTrainerBase):
         history = self._dppo_history()
         history.load_state_dict(state["history"])
         self.samples_generator.draws = int(state["draws"])
+        if "rate_control" in state:  # checkpoints written before the rate control have none (fixed rate)
+            self.samples_generator.rate_control.load_state_dict(state["rate_control"])
         logger.info(f"DPPO state restored: {history.capacity} prompts, {state['draws']} draws")
 
     def init_checkpoint_states(self):

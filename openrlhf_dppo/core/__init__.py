@@ -13,7 +13,9 @@ not public; METHOD.md is the specification):
 5. Dense Prompt Packing with equal micro-batch counts per rank (``packing``; packers in ``PACKERS``,
    the paper's window-based greedy one is ``window``).
 6. One call per level for the adapters (``levels``): probabilities -> draw -> weights -> metrics.
-7. The training reward of a pruned step as the Horvitz-Thompson estimate of the DRAWN batch's mean
+7. The prompt prune rate of each draw (``rate_control``): fixed, or the measured share of groups
+   without gradient (``zero-share``, beyond the paper), set from earlier steps only.
+8. The training reward of a pruned step as the Horvitz-Thompson estimate of the DRAWN batch's mean
    reward (``metrics.reward_stats``; METHOD.md "Measuring the promise"), so DPPO's and GRPO's training
    curves measure the same quantity.
 Every function takes plain arguments; metrics are detached floats under ``dppo/...`` (the reward
@@ -34,6 +36,7 @@ from openrlhf_dppo.core.keep_probs import (
 from openrlhf_dppo.core.levels import Draw, prune_completions, prune_prompts
 from openrlhf_dppo.core.metrics import REQUIRED_KEYS, keep_metrics, reward_stats
 from openrlhf_dppo.core.packing import PACKERS, PackPlan, pack
+from openrlhf_dppo.core.rate_control import RATE_CONTROLS, PromptRateControl
 from openrlhf_dppo.core.registry import Registry
 from openrlhf_dppo.core.sampling import (
     FIXED_SIZE_DESIGNS,
@@ -63,6 +66,7 @@ __all__ = [
     "FIXED_SIZE_HELD",
     "FIXED_SIZE_NOT_MULTIPLE",
     "PACKERS",
+    "RATE_CONTROLS",
     "REQUIRED_KEYS",
     "REWARD_KINDS",
     "SAMPLING_DESIGNS",
@@ -71,6 +75,7 @@ __all__ = [
     "Draw",
     "PackPlan",
     "PromptHistory",
+    "PromptRateControl",
     "Registry",
     "combine_weights",
     "completion_keep_probs",

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from openrlhf_dppo.core.history import REWARD_KINDS
 from openrlhf_dppo.core.keep_probs import COMPLETION_POLICIES
 from openrlhf_dppo.core.packing import PACKERS
+from openrlhf_dppo.core.rate_control import RATE_CONTROLS
 from openrlhf_dppo.core.sampling import SAMPLING_DESIGNS
 from openrlhf_dppo.core.weights import TOKEN_NORMALIZERS
 
@@ -63,6 +64,20 @@ class DPPOConfig:
     )
     prompt_prune_rate: float = option(
         0.0, "target fraction r_q of the drawn prompts pruned before rollout (never generated), in [0, 1)"
+    )
+    prompt_rate_control: str = option(
+        "fixed",
+        "the prune rate of each prompt draw: fixed = --dppo.prompt_prune_rate; zero-share = the share of "
+        "the drawn prompts whose G rewards were all equal (no gradient: rollout/equal_reward_frac_ht), "
+        "a moving average over the past steps, capped at --dppo.prompt_prune_rate_max, with "
+        "--dppo.prompt_prune_rate until a step was measured (still unbiased: fixed before the rollout; "
+        "needs --dppo.prompt_batch shrink)",
+        choices=RATE_CONTROLS,
+    )
+    prompt_prune_rate_max: float = option(
+        0.7,
+        "with --dppo.prompt_rate_control zero-share: the highest prune rate it sets, in [0, 1), at least "
+        "--dppo.prompt_prune_rate and at most 1 - q_min",
     )
     completion_prune_rate: float = option(
         0.0,
@@ -149,6 +164,8 @@ class DPPOConfig:
             v = getattr(self, name)
             if not _is_real(v) or not 0.0 <= v < 1.0:
                 _reject(name, v, "must be in [0, 1): it is the fraction pruned, and 1 would prune everything")
+        if not _is_real(self.prompt_prune_rate_max) or not 0.0 <= self.prompt_prune_rate_max < 1.0:
+            _reject("prompt_prune_rate_max", self.prompt_prune_rate_max, "must be a prune rate in [0, 1)")
         for name in ("q_min", "p_min"):
             v = getattr(self, name)
             if not _is_real(v) or not 0.0 < v <= 1.0:
@@ -171,6 +188,8 @@ class DPPOConfig:
             valid = field_choices(f)
             if valid is not None and getattr(self, f.name) not in valid:
                 _reject(f.name, getattr(self, f.name), f"is not one of: {', '.join(valid)}")
+        if self.prompt_rate_control == "zero-share":
+            self._check_controlled_rate()
         if not _is_int(self.pack_window) or self.pack_window < 1:
             _reject("pack_window", self.pack_window, "must be an integer >= 1 (number of open bins)")
         if not _is_int(self.seed):
@@ -179,6 +198,30 @@ class DPPOConfig:
             _reject("history_decay", self.history_decay, "must be in [0, 1): the weight kept by the past")
         if not _is_real(self.history_prior) or not self.history_prior > 0:
             _reject("history_prior", self.history_prior, "must be > 0 (Beta prior pseudo-count)")
+
+    def _check_controlled_rate(self) -> None:
+        cap = self.prompt_prune_rate_max
+        if self.prompt_prune_rate > cap + 1e-12:
+            _reject(
+                "prompt_prune_rate",
+                self.prompt_prune_rate,
+                f"exceeds --dppo.prompt_prune_rate_max {cap:g}: under --dppo.prompt_rate_control zero-share it "
+                "is the rate of the first draw, which the cap bounds like every other",
+            )
+        if self.q_min > 1.0 - cap + 1e-12:
+            _reject(
+                "q_min",
+                self.q_min,
+                f"exceeds 1 - prompt_prune_rate_max = {1 - cap:g}: zero-share may prune up to that cap, and the "
+                "floor alone would then keep more prompts than the budget",
+            )
+        if self.prompt_batch != "shrink":
+            _reject(
+                "prompt_rate_control",
+                self.prompt_rate_control,
+                f"needs --dppo.prompt_batch shrink (got {self.prompt_batch}): refill sizes its draw from a fixed "
+                "rate, floor(B / (1 - r_q))",
+            )
 
     @property
     def prompt_keep_frac(self) -> float:

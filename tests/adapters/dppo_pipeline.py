@@ -23,7 +23,7 @@ from openrlhf_dppo.adapters.actor import DPPOReplayBuffer, micro_batch_counts, s
 from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker, DPPOExperienceMaker
 from openrlhf_dppo.adapters.step import DrawRecord, PromptDraw, Rollouts, StepContext
 from openrlhf_dppo.adapters.trainer import DPPOTrainer
-from openrlhf_dppo.core import PromptHistory
+from openrlhf_dppo.core import PromptHistory, PromptRateControl
 from openrlhf_dppo.run_dir import RunDir
 
 Trainer = unwrap_actor_class(DPPOTrainer)
@@ -119,7 +119,7 @@ def bare_trainer(args, cfg, run_dir, group):
     t = object.__new__(Trainer)
     t.args, t.strategy, t.dppo = args, SimpleNamespace(args=args), cfg
     t.history = PromptHistory(10, decay=cfg.history_decay, prior=cfg.history_prior)
-    t.samples_generator = SimpleNamespace(draws=0)
+    t.samples_generator = SimpleNamespace(draws=0, rate_control=PromptRateControl.from_config(cfg))
     t.run_dir = run_dir
     t.actor_model_group, t.critic_model_group = group, None
     t.wandb_logger = t.tensorboard_logger = None

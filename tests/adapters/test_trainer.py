@@ -25,9 +25,10 @@ pytestmark = pytest.mark.usefixtures("stand_in_ray")
 
 def test_history_round_trips_through_the_checkpoint_hooks_and_metrics_are_written(tmp_path):
     args = make_args(base_argv() + ["--ckpt.save_steps", "3", "--ckpt.path", str(tmp_path / "ckpt")])
-    cfg = DPPOConfig(prompt_prune_rate=0.5)
+    cfg = DPPOConfig(prompt_prune_rate=0.5, prompt_rate_control="zero-share")
     group = CheckpointGroup()
     t = bare_trainer(args, cfg, RunDir(str(tmp_path / "run"), max_steps=9), group)
+    t.samples_generator.rate_control.observe(0.375)  # the zero-share control's measured share
     t.history.update(
         torch.tensor([1, 4, 4, 7]), torch.tensor([[1.0, 0, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0], [1] * 4]), 2
     )
@@ -59,6 +60,7 @@ def test_history_round_trips_through_the_checkpoint_hooks_and_metrics_are_writte
     resumed = bare_trainer(args, cfg, RunDir(str(tmp_path / "run2")), CheckpointGroup(states))
     assert resumed.init_checkpoint_states()["global_step"] == 3
     assert resumed.samples_generator.draws == 5
+    assert resumed.samples_generator.rate_control.rate() == 0.375  # not the first rate, 0.5, again
     for field in ("count", "last_step", "succ", "n", "var"):
         np.testing.assert_array_equal(getattr(resumed.history, field), getattr(t.history, field))
     idx = torch.arange(10)

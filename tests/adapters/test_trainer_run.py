@@ -147,6 +147,30 @@ def test_reward_ht_reweights_the_rolled_out_prompts_to_the_drawn_batch(tmp_path)
     assert status["rollout/equal_reward_frac_ht"] == pytest.approx(float((equal / q).sum() / 8), rel=1e-14)
 
 
+def test_zero_share_control_prunes_each_draw_at_the_all_equal_share_of_the_steps_before(tmp_path):
+    cfg = DPPOConfig(
+        prompt_rate_control="zero-share", prompt_prune_rate=0.25, q_min=0.1, unseen_prompts="mean", seed=3
+    )
+    t = controller(tmp_path, cfg, batch=8, n_prompts=16)
+    first, _ = one_step(t)
+    assert first["dppo/prompt_prune_rate_target"] == 0.25  # nothing measured yet: --dppo.prompt_prune_rate
+    u1 = first["rollout/equal_reward_frac_ht"]
+    assert 0.0 < u1 < 0.7  # the stand-in reward solves some groups entirely, not all: a real rate
+    second, samples = one_step(t)
+    assert second["dppo/prompt_prune_rate_target"] == u1  # the rate the trainer fed it, taken as it is
+    # the draw used that rate: its q sum to (1 - u1) x the 8 prompts drawn (unseen prompts are scored
+    # like the seen ones under --dppo.unseen_prompts mean, so every q is free to move), rounded to a whole
+    # kept count by the systematic design; the first rate would keep 6
+    kept = round(8 * (1.0 - u1))
+    assert kept != 6 and second["prompts/rolled_out"] == kept and second["prompts/drawn"] == 8
+    assert second["dppo/prompt_keep_frac_expected"] == pytest.approx(kept / 8, rel=1e-12)
+    G = t.args.rollout.n_samples_per_prompt
+    q = [samples.ctx.prompts[s.prompts[0]].q for s in samples[::G]]
+    assert len(q) == second["prompts/rolled_out"] and min(q) < 1.0
+    u2 = second["rollout/equal_reward_frac_ht"]
+    assert t.samples_generator.rate_control.rate() == pytest.approx(0.8 * u1 + 0.2 * u2, rel=1e-12)
+
+
 @pytest.mark.parametrize("enable", [True, False])
 def test_reward_statistics_are_of_the_raw_rewards_not_the_length_penalised_ones(tmp_path, enable):
     # the DAPO overlong penalty hits every response longer than 24 - 20 = 4 tokens

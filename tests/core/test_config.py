@@ -17,6 +17,8 @@ def test_defaults_match_design():
     assert c.asdict() == {
         "enable": True,
         "prompt_prune_rate": 0.0,
+        "prompt_rate_control": "fixed",
+        "prompt_prune_rate_max": 0.7,
         "completion_prune_rate": 0.0,
         "completion_policy": "uniform-low",
         "q_min": 0.1,
@@ -68,6 +70,20 @@ def test_defaults_match_design():
         ({"prompt_batch": "grow"}, "dppo.prompt_batch='grow' is not one of: shrink, refill"),
         ({"unseen_prompts": "drop"}, "dppo.unseen_prompts='drop' is not one of: keep, mean"),
         ({"token_normalizer": "kept"}, "dppo.token_normalizer='kept' is not one of: ht, constant"),
+        ({"prompt_rate_control": "pid"}, "dppo.prompt_rate_control='pid' is not one of: fixed, zero-share"),
+        ({"prompt_prune_rate_max": 1.0}, r"dppo.prompt_prune_rate_max=1.0 must be a prune rate in \[0, 1\)"),
+        (
+            {"prompt_rate_control": "zero-share", "prompt_prune_rate": 0.5, "prompt_prune_rate_max": 0.4},
+            "dppo.prompt_prune_rate=0.5 exceeds --dppo.prompt_prune_rate_max 0.4",
+        ),
+        (
+            {"prompt_rate_control": "zero-share", "prompt_prune_rate_max": 0.95},
+            "dppo.q_min=0.1 exceeds 1 - prompt_prune_rate_max = 0.05",
+        ),
+        (
+            {"prompt_rate_control": "zero-share", "prompt_batch": "refill"},
+            "dppo.prompt_rate_control='zero-share' needs --dppo.prompt_batch shrink",
+        ),
         ({"enable": 1}, "dppo.enable=1 must be a bool"),
         ({"drop_zero_advantage": "yes"}, "dppo.drop_zero_advantage='yes' must be a bool"),
     ],
@@ -86,6 +102,14 @@ def test_valid_pruning_setup():
     assert c.completion_keep_frac == pytest.approx(0.1) and c.prompt_keep_frac == 0.5
 
 
+def test_the_rate_cap_binds_only_the_controlled_rate():
+    # fixed: the cap is not used, so a rate above it (and a q_min above 1 - cap) is valid
+    c = DPPOConfig(prompt_prune_rate=0.8, prompt_prune_rate_max=0.5, q_min=0.2)
+    assert c.prompt_keep_frac == pytest.approx(0.2)
+    c = DPPOConfig(prompt_rate_control="zero-share", prompt_prune_rate=0.3, prompt_prune_rate_max=0.9)
+    assert c.q_min == 0.1 and c.prompt_batch == "shrink"
+
+
 def test_from_namespace_flat_nested_and_dict():
     flat = argparse.Namespace(prompt_prune_rate=0.3, packer="ffd", run_dir="/tmp/x", seed=None)
     c = DPPOConfig.from_namespace(flat)
@@ -102,7 +126,7 @@ def test_every_field_has_help_and_the_choice_fields_read_their_registry():
     choices = {f.name: f.metadata["choices"] for f in dataclasses.fields(DPPOConfig) if f.metadata["choices"]}
     assert set(choices) == {
         "completion_policy", "sampling", "packer", "reward_kind", "unseen_prompts", "prompt_batch",
-        "token_normalizer",
+        "token_normalizer", "prompt_rate_control",
     }  # fmt: skip
     from openrlhf_dppo.core import COMPLETION_POLICIES, PACKERS, SAMPLING_DESIGNS
 

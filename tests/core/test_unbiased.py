@@ -23,6 +23,7 @@ from openrlhf_dppo.core import (  # noqa: E402
     COMPLETION_POLICIES,
     FIXED_SIZE_DESIGNS,
     SAMPLING_DESIGNS,
+    PromptRateControl,
     prompt_keep_probs,
     prune_prompts,
     sample_mask,
@@ -176,3 +177,47 @@ def test_a_never_empty_bernoulli_draw_reports_its_inclusion_probabilities():
     assert mask.any(dim=1).all()
     assert torch.allclose(p_used, torch.full_like(p, 2 / 3))
     assert abs(float(mask.double().mean()) - 2 / 3) < 0.01  # 4 standard errors: 4 * 0.0033
+
+
+def _controlled_steps(toy: Toy, R: int, T: int, design: str, seed: int, weights_at_initial: bool = False):
+    """R runs of T steps of the prompt level whose rate comes from ``PromptRateControl`` (zero-share):
+    step t prunes at the moving average of the HT all-equal shares of steps < t, so its q depend on
+    earlier rollouts. weights_at_initial: the control -- the draw uses the controlled q, the weights 1 / q
+    at the first rate (a weight that does not match the draw's rate). Returns (g_hat - g per step
+    (R * T, K), the rates used (R * T,))."""
+    gen = torch.Generator().manual_seed(seed)
+    diffs, rates = [], []
+    z = toy.B * toy.G
+    for _ in range(R):
+        ctl = PromptRateControl(mode="zero-share", initial=0.2, cap=0.8)
+        adv, grads = toy.rollouts(T, gen)
+        for t in range(T):
+            rate = ctl.rate()
+            d, _ = prune_prompts(toy.scores, 1.0 - rate, 0.1, design, gen)
+            weight = d.weight
+            if weights_at_initial:
+                q0, _ = prompt_keep_probs(toy.scores, 0.8, 0.1)
+                weight = torch.where(d.mask, 1.0 / q0, 0.0)
+            per_prompt = grads[t].sum(dim=1)  # (B, K)
+            diffs.append((weight @ per_prompt - per_prompt.sum(dim=0)) / z)
+            rates.append(rate)
+            equal = (adv[t] == 0).all(dim=1).double()  # all G rewards equal: every advantage 0
+            ctl.observe(float((d.weight * equal).sum()) / toy.B)  # rollout/equal_reward_frac_ht
+    return torch.stack(diffs), torch.tensor(rates)
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+def test_a_prune_rate_set_from_earlier_steps_by_the_zero_share_control_stays_unbiased(design):
+    # --dppo.prompt_rate_control zero-share: the rate of a draw follows the measured share of groups
+    # without gradient; it is fixed before the step's rollout, so the step's estimate stays unbiased
+    toy = Toy(B=6, seed=4)
+    d, rates = _controlled_steps(toy, 1500, 3, design, _seed("control", design))
+    assert float(rates.std()) > 0.1 and float(rates.max()) > 0.5  # the rate really moves, above the start
+    z = d.mean(0) / (d.std(dim=0) / len(d) ** 0.5)
+    assert z.abs().max() < 4.0, f"bias detected: z = {z.tolist()}"
+    # the control: weights at the first rate while the draw used the controlled one must be detected
+    d, _ = _controlled_steps(toy, 1500, 3, design, _seed("control", design), weights_at_initial=True)
+    z = d.mean(0) / (d.std(dim=0) / len(d) ** 0.5)
+    assert z.abs().max() > 4.0, (
+        f"weights that do not match the controlled rate not detected: z = {z.tolist()}"
+    )
