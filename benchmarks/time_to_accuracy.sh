@@ -12,6 +12,8 @@
 #            not 2B while the prompts are unseen)
 #   shrink-unseen-ro0  shrink-unseen without completion pruning (R_O=0: r_o = 0; completions with zero
 #            advantage are still dropped, exactly)
+#   zero-share  shrink-unseen-ro0 whose prompt prune rate follows the measured share of groups without
+#            gradient (--dppo.prompt_rate_control zero-share; R_Q, 0.5, is only the first step's rate)
 #   grpo-half  GRPO with half the prompts a step (PROMPTS / 2): the batch shrink rolls out at r_q = 0.5, a
 #            control for "is it only a smaller batch?" (compare calls it not comparable: its batch differs)
 # The runs are interleaved (seed 1 of every arm, then seed 2, ...), so slow drift in the machine's load
@@ -66,9 +68,11 @@ arm_env() {  # arm -> "ALGO [VAR=value ...] extra-flags...": the VAR=value words
     shrink-unseen) echo "dppo --dppo.prompt_batch shrink --dppo.unseen_prompts mean" ;;
     refill-unseen) echo "dppo --dppo.prompt_batch refill --dppo.unseen_prompts mean" ;;
     shrink-unseen-ro0) echo "dppo R_O=0 --dppo.prompt_batch shrink --dppo.unseen_prompts mean" ;;
+    zero-share) echo "dppo R_O=0 --dppo.prompt_batch shrink --dppo.unseen_prompts mean" \
+                     "--dppo.prompt_rate_control zero-share" ;;
     df) echo "grpo --algo.dynamic_filtering_enable --algo.dynamic_filtering_range ${DF_RANGE[*]}" ;;
     *) echo "unknown arm '$1' (grpo, shrink, refill, df, shrink-unseen, refill-unseen, shrink-unseen-ro0," \
-         "grpo-half)" >&2; return 2 ;;
+         "zero-share, grpo-half)" >&2; return 2 ;;
   esac
 }
 

@@ -119,6 +119,16 @@ def test_the_unseen_arms_add_the_mean_rule_to_their_prompt_batch_mode():
         assert value(cmd, "--ckpt.output_dir") == f"runs/tta/{arm}_s1"
 
 
+def test_the_zero_share_arm_is_the_ro0_arm_with_the_rate_control():
+    runs = dict((arm, cmd) for arm, _, cmd in commands(SEEDS="1", ARMS="shrink-unseen-ro0 zero-share"))
+    zs, ro0 = runs["zero-share"], runs["shrink-unseen-ro0"]
+    assert value(zs, "--dppo.prompt_rate_control") == "zero-share" and "--dppo.prompt_rate_control" not in ro0
+    for flag in ("--dppo.prompt_prune_rate", "--dppo.completion_prune_rate", "--dppo.prompt_batch",
+                 "--dppo.unseen_prompts", "--rollout.batch_size", "--train.seed"):  # fmt: skip
+        assert value(zs, flag) == value(ro0, flag)
+    assert value(zs, "--ckpt.output_dir") == "runs/tta/zero-share_s1"
+
+
 def test_the_ro0_arm_is_shrink_unseen_without_completion_pruning():
     runs = dict((arm, cmd) for arm, _, cmd in commands(SEEDS="1", ARMS="shrink-unseen shrink-unseen-ro0"))
     ro0, base = runs["shrink-unseen-ro0"], runs["shrink-unseen"]
