@@ -63,7 +63,9 @@ class DPPOConfig:
         "advantage 0 exactly); only the run-directory files are added",
     )
     prompt_prune_rate: float = option(
-        0.0, "target fraction r_q of the drawn prompts pruned before rollout (never generated), in [0, 1)"
+        0.0,
+        "target fraction r_q of the drawn prompts pruned before rollout (never generated), in [0, 1); "
+        "under --dppo.prompt_rate_control zero-share the rate of the first draw only",
     )
     prompt_rate_control: str = option(
         "fixed",

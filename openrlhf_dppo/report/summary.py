@@ -80,7 +80,9 @@ class RunSummary:
     prompt_keep: float  # measured mean kept fraction of prompts (1.0 without pruning)
     completion_keep: float
     keep_source: str  # which metrics the kept fractions come from
-    configured_rates: tuple[float | None, float | None]  # (r_q, r_o) from run_config.json
+    # (r_q, r_o) from run_config.json; r_q is a text where the rate was set on the fly
+    # (--dppo.prompt_rate_control zero-share: "zero-share from 0.5", the first draw's rate)
+    configured_rates: tuple[float | str | None, float | None]
     heldout: Curve | None = None  # set by the report once the held-out dataset is chosen
     clock_notes: list[str] = field(default_factory=list)
     time_to_target: float | None = None  # training time to the training-reward target
@@ -252,9 +254,18 @@ def summarize(run: Run, settings: Settings) -> RunSummary:
         prompt_keep=prompt_keep,
         completion_keep=completion_keep,
         keep_source=f"prompts: {src_q}, completions: {src_o}",
-        configured_rates=(dppo_cfg.get("prompt_prune_rate"), dppo_cfg.get("completion_prune_rate")),
+        configured_rates=(_configured_prompt_rate(dppo_cfg), dppo_cfg.get("completion_prune_rate")),
         clock_notes=notes,
     )
+
+
+def _configured_prompt_rate(dppo_cfg: dict) -> float | str | None:
+    """The configured r_q, or how it was set where a rule set it per draw (runs that predate
+    ``--dppo.prompt_rate_control`` have a fixed rate)."""
+    rate, control = dppo_cfg.get("prompt_prune_rate"), dppo_cfg.get("prompt_rate_control", "fixed")
+    if control in (None, "fixed"):
+        return rate
+    return f"{control} from {rate:g}" if isinstance(rate, (int, float)) else str(control)
 
 
 def eval_table(summaries: list[RunSummary], metric: str = "avg@k") -> tuple[list[str], dict[str, dict]]:

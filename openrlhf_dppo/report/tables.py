@@ -30,9 +30,11 @@ def fmt_spread(sp: Spread, spec: str = ".3f", suffix: str = "", counted: bool = 
     return text
 
 
-def _rate(measured_keep: float, configured: float | None) -> str:
+def _rate(measured_keep: float, configured: float | str | None) -> str:
     text = fmt(1.0 - measured_keep, ".3f")
-    return text if configured is None else f"{text} (cfg {configured:g})"
+    if configured is None:
+        return text
+    return f"{text} (cfg {configured})" if isinstance(configured, str) else f"{text} (cfg {configured:g})"
 
 
 def _comparison(report: Report, arm: Arm) -> Comparison | None:

@@ -69,6 +69,20 @@ def test_a_run_that_logs_zero_filtered_is_not_marked(grpo_dir, tmp_path, rundirs
     assert plain_row["completions not trained r_o"] == "0.000 (cfg 0)"
 
 
+def test_a_rate_set_on_the_fly_is_shown_as_its_rule_not_as_its_first_value(grpo_dir, tmp_path, rundirs):
+    rows = rundirs.train_rows(rundirs.GRPO_PHASES, rundirs.GRPO_REWARD, {})
+    cfg = {"enable": True, "prompt_prune_rate": 0.5, "completion_prune_rate": 0.0}
+    fixed = rundirs.write_run(tmp_path / "fixed", rows, algo="dppo", dppo=cfg)
+    zs = rundirs.write_run(
+        tmp_path / "zs", rows, algo="dppo", dppo={**cfg, "prompt_rate_control": "zero-share"}
+    )
+    report = build_report([load_run(grpo_dir), load_run(fixed), load_run(zs)], Settings(warmup=1))
+    _, table = _columns(work_table(report))
+    by_run = {row["run"]: row["prompt prune rate r_q"] for row in table}
+    assert by_run["fixed"].endswith(" (cfg 0.5)")  # a run without the field: a fixed rate
+    assert by_run["zs"].endswith(" (cfg zero-share from 0.5)")
+
+
 def test_speedup_table_uses_the_filtered_fraction_as_r_o(grpo_dir, tmp_path, rundirs):
     df = _df_run(tmp_path, rundirs)
     report = build_report([load_run(grpo_dir), load_run(df)], Settings(warmup=1))
