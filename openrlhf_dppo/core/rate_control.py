@@ -35,7 +35,6 @@ class PromptRateControl:
     cap: float = 0.7
     smoothing: float = SMOOTHING
     share: float | None = None  # smoothed all-equal share (None: no step measured yet)
-    observed: int = 0  # steps observed
 
     def __post_init__(self) -> None:
         if self.mode not in RATE_CONTROLS:
@@ -56,7 +55,7 @@ class PromptRateControl:
         """The prune rate r_q of the next draw."""
         if self.mode == "fixed" or self.share is None:
             return self.initial
-        return min(max(self.share, 0.0), self.cap)
+        return min(self.share, self.cap)  # observe keeps it >= 0
 
     def observe(self, equal_share_ht: float) -> None:
         """Record a step's all-equal share (``rollout/equal_reward_frac_ht``; it may exceed 1 on a step:
@@ -67,11 +66,10 @@ class PromptRateControl:
         if not math.isfinite(u) or u < 0:
             raise ValueError(f"the all-equal share must be a finite number >= 0, got {equal_share_ht}")
         self.share = u if self.share is None else self.smoothing * self.share + (1.0 - self.smoothing) * u
-        self.observed += 1
 
     # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"version": _STATE_VERSION, "mode": self.mode, "share": self.share, "observed": self.observed}
+        return {"version": _STATE_VERSION, "mode": self.mode, "share": self.share}
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("version") != _STATE_VERSION:
@@ -82,7 +80,6 @@ class PromptRateControl:
                 "resume with the same --dppo.prompt_rate_control"
             )
         self.share = None if state["share"] is None else float(state["share"])
-        self.observed = int(state["observed"])
 
 
 __all__ = ["RATE_CONTROLS", "SMOOTHING", "PromptRateControl"]

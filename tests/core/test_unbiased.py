@@ -188,6 +188,7 @@ def _controlled_steps(toy: Toy, R: int, T: int, design: str, seed: int, weights_
     gen = torch.Generator().manual_seed(seed)
     diffs, rates = [], []
     z = toy.B * toy.G
+    q0, _ = prompt_keep_probs(toy.scores, 0.8, 0.1)  # the control's weights: q at the first rate, 0.2
     for _ in range(R):
         ctl = PromptRateControl(mode="zero-share", initial=0.2, cap=0.8)
         adv, grads = toy.rollouts(T, gen)
@@ -196,7 +197,6 @@ def _controlled_steps(toy: Toy, R: int, T: int, design: str, seed: int, weights_
             d, _ = prune_prompts(toy.scores, 1.0 - rate, 0.1, design, gen)
             weight = d.weight
             if weights_at_initial:
-                q0, _ = prompt_keep_probs(toy.scores, 0.8, 0.1)
                 weight = torch.where(d.mask, 1.0 / q0, 0.0)
             per_prompt = grads[t].sum(dim=1)  # (B, K)
             diffs.append((weight @ per_prompt - per_prompt.sum(dim=0)) / z)
