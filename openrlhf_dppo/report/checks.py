@@ -16,7 +16,8 @@ calls these). Each check returns plain sentences, the report's warnings:
    every time; a run that does not record its machine is named.
 5. **Curves**: an arm (or seed) already at the target at its first smoothed eval point has no
    crossing to measure; a final value that trails the last reading by more than twice the SE of one
-   eval point says the curve still moves at its end.
+   eval point says the curve still moves at its end; a baseline whose mean curve rose over its last
+   quarter by more than its final's noise has a target at the end of a climb (``report.curves`` rule 6).
 6. **Speedups**: a step-time speedup above the ideal that the measured rollout and pruning rates allow
    is not pruning's alone.
 7. **The rest**: seeds of one arm without an eval, at different eval steps or with different configs;
@@ -202,7 +203,26 @@ def curve_warnings(arm: Arm, target: float | None, baseline: bool) -> list[str]:
             f"{steps[0]}-{steps[-1]}), more than twice the SE of one eval point ({se:.4f}): the curve "
             "still moves at its end and the final trails it; more eval points would pin it down"
         )
+    if baseline:
+        out += _climbing_target(arm)
     return out
+
+
+def _climbing_target(base: Arm) -> list[str]:
+    """The baseline's mean curve rose over its last quarter by more than its final's noise (check 5;
+    ``report.curves`` rule 6): the target is the end of a climb."""
+    curve, n = base.measured_curve(), max(1, len(base.seed_curves))
+    rise, se = curve.end_rise(), curve.se()
+    if rise is None or se is None or rise[1] <= se / n**0.5:
+        return []
+    step, up = rise
+    return [
+        f"the baseline {base.name}'s mean held-out curve rose {up:+.4f} over the last quarter of its steps "
+        f"({step}-{curve.steps[-1]}), more than the noise of its final, the target ({se / n**0.5:.4f}: the SE "
+        f"of one eval point over the root of {n} seed(s)): the target is the end of a climb, which an arm "
+        "that learns as the baseline does per step reaches only at about its own last step (a time to "
+        "target censored about half the time); run the baseline until its curve flattens, or give --target"
+    ]
 
 
 def arm_warnings(arm: Arm, settings: Settings, target: float | None, baseline: bool) -> list[str]:

@@ -28,6 +28,11 @@ The rules (METHOD.md "Measuring the promise: time to accuracy"), plain floats in
    seeds' own values give the spread.
 5. **Noise of one eval point**: the binomial standard error sqrt(p (1 - p) / n), n = eval prompts x
    samples per prompt (samples of one prompt are taken as independent: a lower bound when they agree).
+6. **A curve that still climbs at its end**: its rise over the last quarter of its steps, from the last
+   eval step at or before 3/4 of its last step to its final. For the baseline, whose final is the
+   target, a rise larger than the target's own noise (the SE of one eval point over the square root of
+   the seeds) means the target is the end of a climb: an arm that learns as the baseline does per step
+   reaches it only at about its own last step, so its time to target is censored about half the time.
 """
 
 from __future__ import annotations
@@ -152,6 +157,19 @@ class Curve:
     def first_smoothed(self) -> int | None:
         """Index of the first point with a smoothed value; None when there is none."""
         return next((i for i, v in enumerate(self.smoothed) if v is not None), None)
+
+    def end_rise(self) -> tuple[int, float] | None:
+        """(step, rise): how much the smoothed curve rose from its last eval step at or before three
+        quarters of its last step to its final (rule 6); None where either point has no smoothed value."""
+        if not self.steps or self.final is None:
+            return None
+        quarter = next(
+            (i for i in range(len(self.steps) - 1, -1, -1) if self.steps[i] * 4 <= self.steps[-1] * 3), None
+        )
+        value = None if quarter is None else self.smoothed[quarter]
+        if quarter is None or value is None or quarter == len(self.steps) - 1:
+            return None
+        return self.steps[quarter], self.final - value
 
     def time_to(self, target: float) -> float | None:
         return crossing_time(self.times, self.smoothed, target)

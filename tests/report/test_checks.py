@@ -104,6 +104,51 @@ def test_a_final_far_from_the_last_reading_is_warned_about(tmp_path, rundirs):
     assert not any(w.startswith("arm dppo: its last eval") for w in rep.warnings)  # .5 vs .5
 
 
+RISING = [0.25, 0.25, 0.25, 0.375, 0.5, 0.625, 0.75]  # steps 0-12: still climbing at the end
+
+
+def test_a_baseline_still_climbing_at_its_end_is_warned_about_and_no_other_arm_is(tmp_path, rundirs):
+    # last quarter of 12 steps: from step 8 (smoothed median(.375, .5, .625) = .5) to the final
+    # median(.5, .625, .75) = .625: +.125, against the SE of one eval at .625 over 256 samples, .0303
+    grpo, dppo = _pair(tmp_path, rundirs, grpo_curve=RISING, dppo_curve=RISING)
+    rep = _report(grpo, dppo)
+    assert rep.arms[0].curve.end_rise() == (8, 0.125)
+    assert (
+        "the baseline grpo's mean held-out curve rose +0.1250 over the last quarter of its steps (8-12), more "
+        "than the noise of its final, the target (0.0303: the SE of one eval point over the root of 1 seed(s)): "
+        "the target is the end of a climb, which an arm that learns as the baseline does per step reaches only "
+        "at about its own last step (a time to target censored about half the time); run the baseline until "
+        "its curve flattens, or give --target" in rep.warnings
+    )  # fmt: skip
+    assert not any("dppo's mean held-out curve rose" in w for w in rep.warnings)
+
+
+@pytest.mark.parametrize(
+    "curve",
+    [CURVE, [0.25, 0.25, 0.375, 0.5, 0.5, 0.5, 0.52]],  # flat from step 4; a last rise of .02 (median: 0)
+)
+def test_a_baseline_flat_at_its_end_or_within_its_noise_is_not_called_climbing(tmp_path, rundirs, curve):
+    grpo, dppo = _pair(tmp_path, rundirs, grpo_curve=curve, dppo_curve=curve)
+    rep = _report(grpo, dppo)
+    assert rep.arms[0].curve.end_rise()[1] == 0.0
+    assert not any("mean held-out curve rose" in w for w in rep.warnings)
+
+
+def test_the_rise_of_a_baseline_of_several_seeds_is_set_against_the_noise_of_their_mean(tmp_path, rundirs):
+    # a rise of .025 at the end (steps 0-16, from step 12): above the noise of the mean of three seeds
+    # (the SE of one eval at .525 over 256 samples, .0312, / sqrt 3 = .0180), below that of one seed alone
+    curve = [0.25, 0.25, 0.375, 0.5, 0.5, 0.5, 0.5, 0.525, 0.525]
+    one = _report(rundirs.curve_run(tmp_path / "one" / "grpo", step_time=4.0, evals=curve))
+    assert one.arms[0].curve.end_rise() == (12, pytest.approx(0.025))
+    assert not any("mean held-out curve rose" in w for w in one.warnings)
+    paths = [
+        rundirs.curve_run(tmp_path / f"grpo_s{i}", step_time=4.0, evals=curve, seed=i) for i in (1, 2, 3)
+    ]
+    rep = _report(*paths)
+    assert rep.arms[0].n == 3 and rep.arms[0].curve.end_rise() == (12, pytest.approx(0.025))
+    assert any("(0.0180: the SE of one eval point over the root of 3 seed(s))" in w for w in rep.warnings)
+
+
 def test_runs_in_different_precisions_are_not_comparable(tmp_path, rundirs):
     grpo, dppo = _pair(tmp_path, rundirs)
     _edit(grpo, R.RUN_CONFIG, machine=MACHINE)
