@@ -213,12 +213,14 @@ def _climbing_target(base: Arm) -> list[str]:
     ``report.curves`` rule 6): the target is the end of a climb."""
     curve, n = base.measured_curve(), max(1, len(base.seed_curves))
     rise, se = curve.end_rise(), curve.se()
-    if rise is None or se is None or rise[1] <= se / n**0.5:
+    if rise is None or se is None:
         return []
-    step, up = rise
+    (step, up), noise = rise, se / n**0.5
+    if up <= noise:
+        return []
     return [
         f"the baseline {base.name}'s mean held-out curve rose {up:+.4f} over the last quarter of its steps "
-        f"({step}-{curve.steps[-1]}), more than the noise of its final, the target ({se / n**0.5:.4f}: the SE "
+        f"({step}-{curve.steps[-1]}), more than the noise of its final, the target ({noise:.4f}: the SE "
         f"of one eval point over the root of {n} seed(s)): the target is the end of a climb, which an arm "
         "that learns as the baseline does per step reaches only at about its own last step (a time to "
         "target censored about half the time); run the baseline until its curve flattens, or give --target"

@@ -28,7 +28,7 @@ The rules (METHOD.md "Measuring the promise: time to accuracy"), plain floats in
    seeds' own values give the spread.
 5. **Noise of one eval point**: the binomial standard error sqrt(p (1 - p) / n), n = eval prompts x
    samples per prompt (samples of one prompt are taken as independent: a lower bound when they agree).
-6. **A curve that still climbs at its end**: its rise over the last quarter of its steps, from the last
+6. **A curve that still climbs at its end** (the report's own rule, not METHOD.md's): its rise over the last quarter of its steps, from the last
    eval step at or before 3/4 of its last step to its final. For the baseline, whose final is the
    target, a rise larger than the target's own noise (the SE of one eval point over the square root of
    the seeds) means the target is the end of a climb: an arm that learns as the baseline does per step
@@ -161,15 +161,11 @@ class Curve:
     def end_rise(self) -> tuple[int, float] | None:
         """(step, rise): how much the smoothed curve rose from its last eval step at or before three
         quarters of its last step to its final (rule 6); None where either point has no smoothed value."""
-        if not self.steps or self.final is None:
+        earlier = [i for i, s in enumerate(self.steps[:-1]) if 4 * s <= 3 * self.steps[-1]]
+        start = self.smoothed[earlier[-1]] if earlier else None
+        if self.final is None or start is None:
             return None
-        quarter = next(
-            (i for i in range(len(self.steps) - 1, -1, -1) if self.steps[i] * 4 <= self.steps[-1] * 3), None
-        )
-        value = None if quarter is None else self.smoothed[quarter]
-        if quarter is None or value is None or quarter == len(self.steps) - 1:
-            return None
-        return self.steps[quarter], self.final - value
+        return self.steps[earlier[-1]], self.final - start
 
     def time_to(self, target: float) -> float | None:
         return crossing_time(self.times, self.smoothed, target)
