@@ -25,6 +25,8 @@
 #   TASK=countdown ARMS="grpo shrink" bash benchmarks/time_to_accuracy.sh
 #   ARMS="grpo shrink:300 refill:200" bash benchmarks/time_to_accuracy.sh  # per-arm step counts
 #   PRINT_CMD=1 TASK=countdown bash benchmarks/time_to_accuracy.sh  # each run's command; nothing is run
+#   SCHEDULE_STEPS=300 ARMS="zero-share:300 df:100" bash benchmarks/time_to_accuracy.sh  # df stopped at
+#       step 100 of the 300-step lr schedule every arm follows (a slow arm cut short, the schedule kept)
 #
 # Environment: TASK (addition | countdown, train_tiny_cpu.sh's switch), SEEDS, ARMS (each `arm` or
 # `arm:steps`, the second giving that arm its own step count, e.g. about GRPO's training time for an arm
@@ -36,7 +38,8 @@
 # LOCK (unset; when set, each run holds this flock(1) lock file, so other heavy work on a shared machine
 # waits between runs, not during one), TINY (train_tiny_cpu.sh's task assets), and train_tiny_cpu.sh's
 # other settings, passed on to every arm alike: PROMPTS, SAMPLES, LR (1e-3; countdown 3e-4), LR_SCHEDULER
-# (constant; cosine_with_min_lr decays each run over its own step count), EVAL_STEPS.
+# (constant; cosine_with_min_lr decays each run over its own step count, or over SCHEDULE_STEPS when set:
+# then every arm follows one schedule, and SCHEDULE_STEPS must be >= every arm's steps), EVAL_STEPS.
 # Without grpo in ARMS (re-running some arms next to an earlier baseline) the runs are made and the
 # compare command printed.
 # To end a sitting early with every arm on the same seeds: `touch $OUT/STOP`. The seed in progress runs
@@ -100,6 +103,10 @@ for spec in $ARMS; do  # an unknown arm or a bad step count stops here, before a
   arm_env "$(arm_name "$spec")" > /dev/null; n=$(arm_steps "$spec")
   if (( n > EPISODE_STEPS )); then EPISODE_STEPS=$n; fi
 done
+if [ -n "${SCHEDULE_STEPS:-}" ] && { ! [[ "$SCHEDULE_STEPS" =~ ^[1-9][0-9]*$ ]] || (( SCHEDULE_STEPS < EPISODE_STEPS )); }; then
+  echo "SCHEDULE_STEPS must be a step count >= the longest arm's ($EPISODE_STEPS), got '$SCHEDULE_STEPS'" >&2
+  exit 2
+fi
 export EPISODE_STEPS
 if [ "${PRINT_CMD:-0}" = 1 ]; then  # each run's training command (train_tiny_cpu.sh's PRINT_CMD)
   for seed in $SEEDS; do

@@ -274,13 +274,14 @@ def _installed_version(dist: str) -> str | None:
 class RunMeta:
     """What the launching command knows and ``run_config.json`` records: its command line (after
     ``--config`` expansion), the time the process started (None: the run directory's creation), and
-    the run options of ``--dppo.run_dir`` / ``--dppo.max_steps`` (the CLI's validated ``RunOptions``;
-    None: ``--ckpt.output_dir`` / OpenRLHF's episodes decide)."""
+    the run options of ``--dppo.run_dir`` / ``--dppo.max_steps`` / ``--dppo.schedule_steps`` (the CLI's
+    validated ``RunOptions``; None: ``--ckpt.output_dir`` / OpenRLHF's episodes / max_steps decide)."""
 
     argv: list[str] = field(default_factory=list)
     start_time: float | None = None
     run_dir: str | None = None
     max_steps: int | None = None
+    schedule_steps: int | None = None
 
 
 class RunDir:

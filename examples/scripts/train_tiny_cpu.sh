@@ -16,10 +16,12 @@
 #   SEED [1]             training seed (--train.seed) and DPPO's pruning seed (--dppo.seed)
 #   STEPS [150]          training steps (--dppo.max_steps; enough episodes are passed to cover them)
 #   EPISODE_STEPS [STEPS] the step count --train.num_episodes is sized for (>= STEPS)
+#   SCHEDULE_STEPS [STEPS] the step count the LR schedule spans (--dppo.schedule_steps, >= STEPS): a run
+#                        stopped at STEPS follows the schedule of a SCHEDULE_STEPS-step run
 #   LR [1e-3, countdown 3e-4]  actor learning rate (no warm-up; constant unless LR_SCHEDULER; countdown's:
 #                        GRPO fell at 1e-3 and climbed at 3e-4, benchmarks/RESULTS.md "Second task: countdown")
 #   LR_SCHEDULER [constant]  constant | cosine_with_min_lr: OpenRLHF's default schedule, a cosine from LR down
-#                        to LR / 10 over the run's own STEPS steps (--dppo.max_steps bounds the span); no
+#                        to LR / 10 over the run's own STEPS steps (or SCHEDULE_STEPS when given); no
 #                        warm-up either way
 #   PROMPTS [64]         prompts per step;  SAMPLES [8]: completions per prompt (temperature 1)
 #   EVAL_STEPS [10]      evaluate the held-out set every this many steps (greedy, 500 prompts)
@@ -94,11 +96,15 @@ if ! [[ "$EPISODE_STEPS" =~ ^[1-9][0-9]*$ ]] || (( EPISODE_STEPS < STEPS )); the
   echo "EPISODE_STEPS must be a step count >= STEPS ($STEPS), got '$EPISODE_STEPS'" >&2; exit 2
 fi
 EPISODES=$(( (DRAW_FACTOR * EPISODE_STEPS * PROMPTS + POOL - 1) / POOL ))
+SCHEDULE_STEPS=${SCHEDULE_STEPS:-$STEPS}
+if ! [[ "$SCHEDULE_STEPS" =~ ^[1-9][0-9]*$ ]] || (( SCHEDULE_STEPS < STEPS )); then
+  echo "SCHEDULE_STEPS must be a step count >= STEPS ($STEPS), got '$SCHEDULE_STEPS'" >&2; exit 2
+fi
 
 CMD=("$PY" -m openrlhf_dppo.cli.train_dppo_ray
   --actor.model_name_or_path "$TINY/model"
   --data.prompt_dataset "$PROMPT_FILE" --data.input_key input --data.label_key label
-  --train.num_episodes "$EPISODES" --dppo.max_steps "$STEPS"
+  --train.num_episodes "$EPISODES" --dppo.max_steps "$STEPS" --dppo.schedule_steps "$SCHEDULE_STEPS"
   --eval.dataset "$TINY/data/eval.jsonl" --eval.steps "${EVAL_STEPS:-10}"
   --eval.n_samples_per_prompt 1 --eval.temperature 0
   --reward.remote_url "openrlhf_dppo/rewards/$REWARD.py"

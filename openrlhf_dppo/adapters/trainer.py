@@ -19,8 +19,8 @@ One step, top to bottom (OpenRLHF's ``fit`` loop; the ``StepContext`` rides on t
 3. ``save_logs_and_checkpoints``: one metrics.jsonl line per step; the DPPO state (prompt history,
    draw counters, rate control) goes into the checkpoint's client states; ``init_checkpoint_states`` restores it.
 The config is the CLI's validated ``DPPOConfig`` and the run metadata (command line, start time,
-``--dppo.run_dir``, ``--dppo.max_steps``) the CLI's ``RunMeta``, both passed to the constructor by
-``adapters.install`` (never rebuilt or re-read from the namespace).
+``--dppo.run_dir``, ``--dppo.max_steps``, ``--dppo.schedule_steps``) the CLI's ``RunMeta``, both passed to
+the constructor by ``adapters.install`` (never rebuilt or re-read from the namespace).
 Also: ``evaluate`` writes one eval line per evaluation with ``timing/eval`` (seconds); ``fit`` writes
 status.json and, for a fresh run (not resumed) with evaluation on, evaluates once before step 1 (step
 0). With ``--dppo.enable false`` the generator only observes (counts, reward checks) and OpenRLHF's
@@ -71,12 +71,16 @@ def check_accounting(status: dict) -> None:
             )
 
 
-def scheduler_steps(args, host_steps: int, step_limit: int | None) -> int:
+def scheduler_steps(args, host_steps: int, step_limit: int | None, span: int | None = None) -> int:
     """The optimizer steps the LR schedule spans (OpenRLHF's ``get_max_steps``): OpenRLHF's count for
-    all episodes, or -- with ``--dppo.max_steps`` -- that of the steps the run will make, if fewer."""
+    all episodes, or -- with ``--dppo.max_steps`` -- that of the steps the run will make, if fewer; or
+    -- with ``--dppo.schedule_steps`` (``span``) -- those of ``span`` training steps, whether or not the
+    run makes them (a run cut short keeps the schedule of the longer one)."""
+    per_step = max(1, args.rollout.batch_size * args.rollout.n_samples_per_prompt // args.train.batch_size)
+    if span is not None:
+        return span * per_step * args.train.max_epochs
     if step_limit is None:
         return host_steps
-    per_step = max(1, args.rollout.batch_size * args.rollout.n_samples_per_prompt // args.train.batch_size)
     return min(host_steps, step_limit * per_step * args.train.max_epochs)
 
 
@@ -151,7 +155,7 @@ class _DPPOTrainer(_PPOTrainerBase):
             self.experience_maker = DPPOExperienceMaker(*maker_args, dppo=dppo, history=self.history)
         else:
             self.experience_maker = CountingExperienceMaker(*maker_args)
-        self.max_steps: int = scheduler_steps(args, self.max_steps, self.step_limit)
+        self.max_steps: int = scheduler_steps(args, self.max_steps, self.step_limit, run.schedule_steps)
         run_path = run.run_dir or args.ckpt.output_dir
         shown_max = self.step_limit if self.step_limit is not None else self.max_steps
         self.run_dir = RunDir(os.path.abspath(run_path), max_steps=shown_max)

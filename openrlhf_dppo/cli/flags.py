@@ -35,14 +35,31 @@ class RunOptions:
         "OpenRLHF's episodes and epochs decide",
         default_text="unset",
     )
+    schedule_steps: int | None = option(
+        None,
+        "the training steps the LR schedule spans, >= --dppo.max_steps: a run cut short at --dppo.max_steps "
+        "follows the schedule of a longer one (e.g. a slow baseline stopped at a time budget); unset: "
+        "--dppo.max_steps, or OpenRLHF's episodes and epochs",
+        default_text="--dppo.max_steps",
+    )
 
     def __post_init__(self) -> None:
         if self.run_dir is not None and (not isinstance(self.run_dir, str) or not self.run_dir.strip()):
             raise DPPOConfigError("run_dir", self.run_dir, "must be a non-empty path")
-        if self.max_steps is not None and (
-            not isinstance(self.max_steps, int) or isinstance(self.max_steps, bool) or self.max_steps < 1
+        for name in ("max_steps", "schedule_steps"):
+            steps = getattr(self, name)
+            if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+                raise DPPOConfigError(name, steps, "must be an integer >= 1 (training steps)")
+        if (
+            self.max_steps is not None
+            and self.schedule_steps is not None
+            and self.schedule_steps < self.max_steps
         ):
-            raise DPPOConfigError("max_steps", self.max_steps, "must be an integer >= 1 (training steps)")
+            raise DPPOConfigError(
+                "schedule_steps",
+                self.schedule_steps,
+                f"must be >= --dppo.max_steps ({self.max_steps}): the schedule would end before the run",
+            )
 
 
 #: the dataclasses whose fields are the --dppo.* flags, in --help / README order

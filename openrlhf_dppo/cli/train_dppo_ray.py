@@ -189,7 +189,10 @@ def main(
         from openrlhf_dppo.run_dir import RunMeta
 
         opts = state.opts
-        run = RunMeta(argv=list(argv), start_time=start_time, run_dir=opts.run_dir, max_steps=opts.max_steps)
+        run = RunMeta(
+            argv=list(argv), start_time=start_time, run_dir=opts.run_dir, max_steps=opts.max_steps,
+            schedule_steps=opts.schedule_steps,
+        )  # fmt: skip
         install(state.cfg, run)  # the config and run options validated above, passed as they are
         state.result = train_ppo_ray.train(args)
 

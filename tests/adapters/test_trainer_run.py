@@ -114,6 +114,15 @@ def test_the_lr_schedule_spans_the_steps_max_steps_allows():
     assert scheduler_steps(args, 10, 7) == 10
 
 
+def test_schedule_steps_sets_the_span_of_a_run_cut_short():
+    """--dppo.schedule_steps: a run stopped at max_steps follows the schedule of the longer run, even
+    past what its episodes would allow (the span is that run's, not this one's)."""
+    args = make_args(base_argv(batch=4, group=4, train_batch=8) + ["--train.max_epochs", "2"])
+    assert scheduler_steps(args, 1000, 7, span=30) == 30 * (4 * 4 // 8) * 2
+    assert scheduler_steps(args, 10, 7, span=30) == 30 * 2 * 2
+    assert scheduler_steps(args, 1000, None, span=30) == 120
+
+
 # ---- the training reward ------------------------------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ def run(print_cmd: bool = True, **env: str) -> subprocess.CompletedProcess:
             "OUT",
             "STEPS",
             "EPISODE_STEPS",
+            "SCHEDULE_STEPS",
             "TINY",
             "PRECISION",
             "OPENRLHF_DPPO_CPU_PRECISION",
@@ -104,6 +105,21 @@ def test_an_arm_can_have_its_own_step_count():
     assert len({value(cmd, "--train.num_episodes") for _, _, cmd in runs}) == 1  # sized for the longest arm
     res = run(ARMS="grpo shrink:lots")
     assert res.returncode == 2 and "arm 'shrink:lots'" in res.stderr and res.stdout == ""
+
+
+def test_one_lr_schedule_for_every_arm_lets_a_slow_arm_be_cut_short():
+    runs = commands(SEEDS="1", ARMS="zero-share:300 df:100", SCHEDULE_STEPS="300")
+    assert [
+        (arm, value(cmd, "--dppo.max_steps"), value(cmd, "--dppo.schedule_steps")) for arm, _, cmd in runs
+    ] == [
+        ("zero-share", "300", "300"),
+        ("df", "100", "300"),
+    ]
+    unset = commands(SEEDS="1", ARMS="zero-share:300 df:100")  # each run's own steps, as before
+    assert [value(cmd, "--dppo.schedule_steps") for _, _, cmd in unset] == ["300", "100"]
+    res = run(ARMS="zero-share:300 df:100", SCHEDULE_STEPS="200")
+    assert res.returncode == 2 and res.stdout == ""
+    assert "SCHEDULE_STEPS must be a step count >= the longest arm's (300), got '200'" in res.stderr
 
 
 def test_the_unseen_arms_add_the_mean_rule_to_their_prompt_batch_mode():

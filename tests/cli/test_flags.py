@@ -20,7 +20,11 @@ def _squeezed(text: str) -> str:
 
 def test_the_flags_are_the_fields_of_the_config_and_the_run_options():
     names = [s.name for s in flags.flag_specs()]
-    assert names == [f.name for f in dataclasses.fields(DPPOConfig)] + ["run_dir", "max_steps"]
+    assert names == [f.name for f in dataclasses.fields(DPPOConfig)] + [
+        "run_dir",
+        "max_steps",
+        "schedule_steps",
+    ]
     specs = {s.name: s for s in flags.flag_specs()}
     assert specs["packer"].choices == PACKERS.names() and "openrlhf" in specs["packer"].choices
     assert specs["sampling"].choices == SAMPLING_DESIGNS.names()

@@ -63,8 +63,10 @@ def test_every_flag_defaults_to_its_field_default_and_run_options_parse():
     for spec in flag_specs():
         assert getattr(args.dppo, spec.name) == spec.default, spec.name
     assert build_options(vars(args.dppo))[0] == DPPOConfig()
-    run = parse(GRPO + ["--dppo.max_steps", "3", "--dppo.run_dir", "/tmp/r"]).dppo
-    assert (run.max_steps, run.run_dir) == (3, "/tmp/r")
+    run = parse(
+        GRPO + ["--dppo.max_steps", "3", "--dppo.run_dir", "/tmp/r", "--dppo.schedule_steps", "9"]
+    ).dppo
+    assert (run.max_steps, run.run_dir, run.schedule_steps) == (3, "/tmp/r", 9)
 
 
 @pytest.mark.parametrize(
@@ -77,6 +79,8 @@ def test_every_flag_defaults_to_its_field_default_and_run_options_parse():
         (["--dppo.enable", "maybe"], "--dppo.enable"),
         (["--dppo.packer", "best"], "--dppo.packer"),
         (["--dppo.max_steps", "0"], "--dppo.max_steps"),
+        (["--dppo.schedule_steps", "0"], "--dppo.schedule_steps"),
+        (["--dppo.max_steps", "10", "--dppo.schedule_steps", "9"], "--dppo.schedule_steps"),
         (["--algo.advantage.estimator", "gae", "--critic.model_name_or_path", "x"], "--algo.advantage.estimator"),
         (["--algo.advantage.estimator", "rloo"], "--algo.advantage.estimator"),
         (["--train.async_enable"], "--train.async_enable"),
@@ -217,7 +221,7 @@ def test_install_points_openrlhf_at_the_dppo_classes():
 
 
 def test_the_cli_hands_its_validated_config_and_run_options_to_install(monkeypatch):
-    """The trainer reads --dppo.run_dir and --dppo.max_steps from the RunMeta the CLI passes, never
+    """The trainer reads --dppo.run_dir, --dppo.max_steps and --dppo.schedule_steps from the RunMeta the CLI passes, never
     from the namespace: the CLI's validated objects reach ``install`` as they are."""
     from openrlhf.cli import train_ppo_ray
 
@@ -227,7 +231,11 @@ def test_the_cli_hands_its_validated_config_and_run_options_to_install(monkeypat
     monkeypatch.setattr(cli, "_apply_cpu_compat", lambda args: None)
     monkeypatch.setattr(adapters, "install", lambda cfg, run: seen.update(cfg=cfg, run=run))
     monkeypatch.setattr(train_ppo_ray, "train", lambda args: "trained")
-    argv = GRPO + DPPO + ["--dppo.run_dir", "/tmp/dppo_run", "--dppo.max_steps", "12"]
+    argv = (
+        GRPO
+        + DPPO
+        + ["--dppo.run_dir", "/tmp/dppo_run", "--dppo.max_steps", "12", "--dppo.schedule_steps", "30"]
+    )
     assert cli.main(argv, check_inputs=False) == "trained"
     assert seen["cfg"] == DPPOConfig(
         prompt_prune_rate=0.3, completion_prune_rate=0.5, completion_policy="proportional", q_min=0.2,
@@ -235,4 +243,4 @@ def test_the_cli_hands_its_validated_config_and_run_options_to_install(monkeypat
         prompt_batch="refill",
     )  # fmt: skip
     run = seen["run"]
-    assert (run.run_dir, run.max_steps, run.argv) == ("/tmp/dppo_run", 12, argv)
+    assert (run.run_dir, run.max_steps, run.schedule_steps, run.argv) == ("/tmp/dppo_run", 12, 30, argv)

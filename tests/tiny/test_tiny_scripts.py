@@ -19,7 +19,7 @@ def command(algo: str, **env: str) -> list[str]:
     full = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("STEPS", "SEED", "LR", "LR_SCHEDULER", "OUT", "TINY", "POOL", "TASK")
+        if k not in ("STEPS", "SEED", "LR", "LR_SCHEDULER", "OUT", "TINY", "POOL", "TASK", "SCHEDULE_STEPS")
     }
     full.update(ALGO=algo, PRINT_CMD="1", PYTHON="python", PRECISION="bf16")  # auto would ask torch
     full.update(env)
@@ -100,6 +100,17 @@ def test_the_lr_schedule_is_constant_unless_asked_and_a_bad_one_is_refused_by_na
         command("grpo", LR_SCHEDULER="linear")
     assert err.value.returncode == 2
     assert "LR_SCHEDULER must be constant or cosine_with_min_lr, got 'linear'" in err.value.stderr
+
+
+def test_the_lr_schedule_spans_the_runs_steps_unless_schedule_steps_says_longer():
+    assert flags(command("grpo", STEPS="40"))["--dppo.schedule_steps"] == ["40"]
+    cut = flags(command("grpo", STEPS="40", SCHEDULE_STEPS="300"))
+    assert cut["--dppo.max_steps"] == ["40"] and cut["--dppo.schedule_steps"] == ["300"]
+    for bad in ("39", "lots"):
+        with pytest.raises(subprocess.CalledProcessError) as err:
+            command("grpo", STEPS="40", SCHEDULE_STEPS=bad)
+        assert err.value.returncode == 2
+        assert f"SCHEDULE_STEPS must be a step count >= STEPS (40), got '{bad}'" in err.value.stderr
 
 
 def test_the_precision_reaches_the_command_and_a_bad_one_is_refused_by_name():
