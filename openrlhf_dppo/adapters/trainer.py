@@ -46,6 +46,7 @@ from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker, DPP
 from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError
 from openrlhf_dppo.adapters.step import StepContext
 from openrlhf_dppo.core import DPPOConfig, PromptHistory, reward_stats
+from openrlhf_dppo.core.config import DPPOConfigError
 from openrlhf_dppo.run_dir import RunDir, RunMeta
 
 logger = init_logger(__name__)
@@ -75,13 +76,23 @@ def scheduler_steps(args, host_steps: int, step_limit: int | None, span: int | N
     """The optimizer steps the LR schedule spans (OpenRLHF's ``get_max_steps``): OpenRLHF's count for
     all episodes, or -- with ``--dppo.max_steps`` -- that of the steps the run will make, if fewer; or
     -- with ``--dppo.schedule_steps`` (``span``) -- those of ``span`` training steps, whether or not the
-    run makes them (a run cut short keeps the schedule of the longer one)."""
+    run makes them (a run cut short keeps the schedule of the longer one). A span shorter than the run
+    is refused: past its end the cosine would climb back up."""
     per_step = max(1, args.rollout.batch_size * args.rollout.n_samples_per_prompt // args.train.batch_size)
-    if span is not None:
-        return span * per_step * args.train.max_epochs
-    if step_limit is None:
-        return host_steps
-    return min(host_steps, step_limit * per_step * args.train.max_epochs)
+    run_steps = (
+        host_steps if step_limit is None else min(host_steps, step_limit * per_step * args.train.max_epochs)
+    )
+    if span is None:
+        return run_steps
+    spanned = span * per_step * args.train.max_epochs
+    if spanned < run_steps:
+        raise DPPOConfigError(
+            "schedule_steps",
+            span,
+            f"must cover the run: {spanned} optimizer steps, fewer than the run's {run_steps} "
+            "(from --train.num_episodes and --dppo.max_steps); past its end the cosine would climb back up",
+        )
+    return spanned
 
 
 def rollout_stats(samples, group_size: int, ctx: StepContext) -> dict | None:

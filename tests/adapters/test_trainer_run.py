@@ -12,6 +12,7 @@ from dppo_stand_ins import GENERATE_KW, base_argv, generator_for, make_args
 
 from openrlhf_dppo.adapters.trainer import scheduler_steps
 from openrlhf_dppo.core import DPPOConfig, PromptHistory
+from openrlhf_dppo.core.config import DPPOConfigError
 from openrlhf_dppo.run_dir import RunDir
 
 pytestmark = pytest.mark.usefixtures("stand_in_ray")
@@ -120,7 +121,11 @@ def test_schedule_steps_sets_the_span_of_a_run_cut_short():
     args = make_args(base_argv(batch=4, group=4, train_batch=8) + ["--train.max_epochs", "2"])
     assert scheduler_steps(args, 1000, 7, span=30) == 30 * (4 * 4 // 8) * 2
     assert scheduler_steps(args, 10, 7, span=30) == 30 * 2 * 2
-    assert scheduler_steps(args, 1000, None, span=30) == 120
+    assert scheduler_steps(args, 120, None, span=30) == 120
+    with pytest.raises(
+        DPPOConfigError, match="schedule_steps=30 must cover the run: 120 optimizer steps, fewer"
+    ):
+        scheduler_steps(args, 1000, None, span=30)  # all episodes, no --dppo.max_steps: 1000 steps
 
 
 # ---- the training reward ------------------------------------------------------------------------------
