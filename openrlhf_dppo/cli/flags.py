@@ -37,9 +37,9 @@ class RunOptions:
     )
     schedule_steps: int | None = option(
         None,
-        "the training steps the LR schedule spans, >= --dppo.max_steps: a run cut short at --dppo.max_steps "
-        "follows the schedule of a longer one (e.g. a slow baseline stopped early, for time); unset: "
-        "--dppo.max_steps, or OpenRLHF's episodes and epochs",
+        "the training steps the LR schedule spans, at least the run's (>= --dppo.max_steps): a run cut "
+        "short at --dppo.max_steps follows the schedule of a longer one (e.g. a slow baseline stopped "
+        "early, for time); unset: --dppo.max_steps, or OpenRLHF's episodes and epochs",
         default_text="--dppo.max_steps",
     )
 
