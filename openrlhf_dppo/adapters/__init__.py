@@ -26,7 +26,7 @@ Where a host name is replaced (the host calls it by a module-global name and lea
 | replaced name                            | by                      | where, for how long            | why there is no seam |
 |------------------------------------------|-------------------------|--------------------------------|----------------------|
 | ``ppo_trainer.PPOTrainer``               | ``TrainerFactory``      | ``install``, the driver        | ``train()`` constructs the trainer by that name, with its own arguments only: the factory adds the validated config and the run metadata |
-| ``train_ppo_ray.PolicyModelActor``       | ``DPPOPolicyModelActor``| ``install``, the driver (DPPO) | ``train()`` builds the actor group from that name |
+| ``train_ppo_ray.PolicyModelActor``       | ``DPPOPolicyModelActor``| ``install``, the driver       | ``train()`` builds the actor group from that name |
 | ``ppo_actor.ActorPPOTrainer``            | ``DPPOActorTrainer``    | one ``init_model_from_pretrained`` | ``PolicyModelActor`` constructs it by that name inside a long method |
 | ``ppo_trainer.balance_experiences``      | ``trainer.planned_balance`` | one DPPO ``train_step``    | a function, not a method: ``train_step`` calls it by that name; the replacement is stateless and reads the plan from its argument |
 | ``ppo_actor.aggregate_loss``             | its weighted version    | one ``training_step`` with weights | ``training_step`` reduces the KL / entropy terms through that function and passes no per-sequence weight |
@@ -63,8 +63,11 @@ def install(cfg, run) -> dict:
 
     cfg: the CLI's validated ``DPPOConfig``; run: ``run_dir.RunMeta`` (command line, start time, run
     directory and step limit).
-    The trainer is always replaced (it writes the run directory); the policy actor only when DPPO is
-    on (``--dppo.enable false`` keeps OpenRLHF's actor: same code path, same numbers).
+    Both are always replaced. The trainer writes the run directory. The policy actor counts what its
+    micro-batches train (the accounting check's ``samples|tokens/trained``) in both arms; with
+    ``--dppo.enable false`` it runs OpenRLHF's training step unchanged and its replay buffer makes
+    OpenRLHF's dynamic batches, plus one step for what they leave untrained (an epoch's short last
+    rollout batch: ``DPPOReplayBuffer._add_short_step``).
     """
     from openrlhf.cli import train_ppo_ray
     from openrlhf.trainer import ppo_trainer
@@ -75,9 +78,8 @@ def install(cfg, run) -> dict:
     packing.register()
     replaced = {"PPOTrainer": ppo_trainer.PPOTrainer}
     ppo_trainer.PPOTrainer = TrainerFactory(DPPOTrainer, cfg, run)
-    if cfg.enable:
-        from openrlhf_dppo.adapters.actor import DPPOPolicyModelActor
+    from openrlhf_dppo.adapters.actor import DPPOPolicyModelActor
 
-        replaced["PolicyModelActor"] = train_ppo_ray.PolicyModelActor
-        train_ppo_ray.PolicyModelActor = DPPOPolicyModelActor
+    replaced["PolicyModelActor"] = train_ppo_ray.PolicyModelActor
+    train_ppo_ray.PolicyModelActor = DPPOPolicyModelActor
     return replaced

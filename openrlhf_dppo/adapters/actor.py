@@ -1,9 +1,13 @@
 """Actor side (the DeepSpeed ranks, Ray workers): replay buffer, actor trainer, policy actor.
 
-Seams (each overrides one method and calls the parent):
+The same classes run both arms (``adapters.install``); with ``--dppo.enable false`` they count and run
+OpenRLHF's steps, with one addition. Seams (each overrides one method and calls the parent):
 - ``DPPOReplayBuffer.setup_dynamic_batch``: follows the controller's dispatch plan (``adapters.dispatch``:
   packed micro-batches, equal count on every rank, FULL-batch loss normalisers) instead of re-partitioning
-  the kept items and normalising by their count. Items without a plan (GRPO) take the parent's path.
+  the kept items and normalising by their count. Items without a plan (GRPO) take the parent's path, and
+  what it leaves untrained -- it makes whole train batches only, so an epoch's short last rollout batch
+  was generated and never trained -- becomes one more optimizer step (``_add_short_step``), as DPPO's
+  plan trains a short draw.
 - ``DPPOActorTrainer.training_step``: the KL-in-loss and entropy terms do not contain the advantage, so
   the weights folded into A do not reach them (METHOD.md condition 4). OpenRLHF reduces both with the
   module-global ``aggregate_loss`` of ``openrlhf.trainer.ray.ppo_actor`` (``PolicyLoss`` uses its own
@@ -13,7 +17,8 @@ Seams (each overrides one method and calls the parent):
   zero-weight fillers it only forwards.
 - ``DPPOActorTrainer.ppo_train``: adds those counts, summed over the data-parallel ranks and per PPO
   epoch, to the status as ``samples|tokens/trained`` and ``samples|tokens/fillers`` (the trainer checks
-  generated = trained + pruned + filtered with them).
+  generated = trained + pruned + filtered with them). Without dynamic batching (GRPO only) a rank's
+  rollouts that are not whole micro-batches are refused by name first: the host's loader would drop them.
 - ``DPPOPolicyModelActor.init_model_from_pretrained``: ``PolicyModelActor`` constructs
   ``ActorPPOTrainer`` by its module-global name; the subclass points that name at ``DPPOActorTrainer``
   for the duration of the parent call (which also builds the replay buffer, replaced right after).
@@ -53,8 +58,10 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
 
     def setup_dynamic_batch(self, strategy):
         plan = read_plan(self.items)
-        if plan is None:
-            return super().setup_dynamic_batch(strategy)
+        if plan is None:  # GRPO: the host's whole train batches, then what they leave as one more step
+            super().setup_dynamic_batch(strategy)
+            self._add_short_step(strategy)
+            return
         self._check_equal_counts(strategy, len(plan.indices))
         self.dynamic_indices = plan.indices
         self.dynamic_optimizer_step = plan.step_end
@@ -63,20 +70,78 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
         self.dynamic_sample_loss_scale = plan.loss_scale
         self.sample_batch_size = 1
 
+    def _add_short_step(self, strategy) -> None:
+        """OpenRLHF's dynamic batching makes ``len(items) // local train batch`` optimizer steps and never
+        trains the rest of the buffer: all of an epoch's short last rollout batch when it is smaller than
+        a train batch (e.g. 2,000 prompts in batches of 128 leave 80), although it was generated and its
+        step counted by the LR schedule's length. That rest becomes one more optimizer step, split as the
+        host splits a step (its first-fit micro-batch count under the token budget, the largest over the
+        ranks, and its balanced partitions) and normalised as the host normalises one (the step's
+        sequences and action tokens over all ranks)."""
+        from openrlhf.utils.seqlen_balancing import (
+            get_minimum_num_micro_batch_size,
+            get_seqlen_balanced_partitions,
+        )
+
+        args = strategy.args
+        start = sum(len(indices) for indices in self.dynamic_indices)  # the host's steps take a prefix
+        rest = list(range(start, len(self.items)))
+        lengths = [int(self.items[i].total_length.item()) for i in rest]
+        budget = (args.train.max_tokens_per_gpu, args.ds.ring_attn_size, args.ds.tensor_parallel_size)
+        needed = get_minimum_num_micro_batch_size(lengths, *budget) if lengths else 0
+        most, fewest, count = _reduce_max(strategy, [len(rest), -len(rest), needed])
+        fewest = -fewest
+        if most == 0:
+            return
+        if fewest < count:
+            raise RuntimeError(
+                f"the rollouts left after the full train batches ({fewest} to {most} per data-parallel rank) "
+                f"cannot fill the {count} micro-batches every rank must run: make --rollout.batch_size x "
+                "--rollout.n_samples_per_prompt a multiple of the data-parallel size, or the prompt count a "
+                "multiple of --rollout.batch_size"
+            )
+        partitions = [
+            [rest[k] for k in part] for part in get_seqlen_balanced_partitions(lengths, count, False)
+        ]
+        live = sum(int(self.items[i].action_mask.sum() > 0) for i in rest)
+        tokens = sum(int(self.items[i].action_mask.sum()) for i in rest)
+        live, tokens = _reduce_sum(strategy, [live, tokens])
+        self.dynamic_indices = self.dynamic_indices + partitions
+        self.dynamic_sample_loss_scale = self.dynamic_sample_loss_scale + [
+            len(p) / len(rest) for p in partitions
+        ]
+        self.dynamic_batch_num_tokens = self.dynamic_batch_num_tokens + [float(tokens)] * count
+        self.dynamic_global_batch_size = self.dynamic_global_batch_size + [float(live)] * count
+        self.dynamic_optimizer_step = self.dynamic_optimizer_step + [0] * (count - 1) + [1]
+        self.sample_batch_size = 1
+
     @staticmethod
     def _check_equal_counts(strategy, count: int) -> None:
         """Every rank must run the same number of micro-batches (collective backward); fail loudly."""
-        if not (dist.is_available() and dist.is_initialized()):
-            return
-        group = _get_dp_group(strategy)
-        device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
-        counts = torch.tensor([count, -count], dtype=torch.int64, device=device)
-        dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=group)
-        if int(counts[0]) != count or int(-counts[1]) != count:
+        most, fewest = _reduce_max(strategy, [count, -count])
+        if most != count or -fewest != count:
             raise RuntimeError(
-                f"DPPO dispatch: this rank has {count} micro-batches, others between {int(-counts[1])} and "
-                f"{int(counts[0])}; every rank must run the same number"
+                f"DPPO dispatch: this rank has {count} micro-batches, others between {-fewest} and "
+                f"{most}; every rank must run the same number"
             )
+
+
+def _reduce(strategy, values: list[int], op) -> list[int]:
+    """Integers reduced over the data-parallel ranks (unchanged without a process group)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return list(values)
+    device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+    t = torch.tensor(values, dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=op, group=_get_dp_group(strategy))
+    return [int(v) for v in t.cpu().tolist()]
+
+
+def _reduce_max(strategy, values: list[int]) -> list[int]:
+    return _reduce(strategy, values, dist.ReduceOp.MAX)
+
+
+def _reduce_sum(strategy, values: list[int]) -> list[int]:
+    return _reduce(strategy, values, dist.ReduceOp.SUM)
 
 
 def micro_batch_counts(experience) -> torch.Tensor:
@@ -135,10 +200,25 @@ class DPPOActorTrainer(ppo_actor.ActorPPOTrainer):
         self.replay_buffer: DPPOReplayBuffer = DPPOReplayBuffer.like(self.replay_buffer)
 
     def ppo_train(self, kl_ctl: float):
+        if not self.args.train.dynamic_batch_enable:
+            self._check_whole_micro_batches()
         self._counts = torch.zeros(4, dtype=torch.float64)
         status = super().ppo_train(kl_ctl)
         status.update(step_counts(self._counts, self.max_epochs, self.strategy))
         return status
+
+    def _check_whole_micro_batches(self) -> None:
+        """Without dynamic batching (GRPO only) the host's loader drops a last, partial micro-batch
+        (``drop_last``): generated and never trained. Refused by name before any training."""
+        held, size = len(self.replay_buffer.items), self.replay_buffer.sample_batch_size
+        if held % size:
+            raise RuntimeError(
+                f"this rank holds {held} rollouts, not a multiple of --train.micro_batch_size {size}: "
+                f"OpenRLHF's unpacked path would leave the last {held % size} untrained. Turn on "
+                "--train.dynamic_batch_enable (packed micro-batches train them all), or make the rollouts "
+                "per rank (--rollout.batch_size x --rollout.n_samples_per_prompt / data-parallel size, and "
+                "so the prompt count in each epoch's last batch) a multiple of --train.micro_batch_size"
+            )
 
     def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
         self._counts = self._counts + micro_batch_counts(experience)

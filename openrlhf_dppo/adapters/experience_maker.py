@@ -30,8 +30,8 @@ with zero-weight fillers (pruned completions, counted as pruned): they are forwa
 the gradient, and the actor counts them as ``samples|tokens/fillers``, not as trained.
 
 ``CountingExperienceMaker`` (GRPO, ``--dppo.enable false``): OpenRLHF's maker with its group statistics
-taken in float64 (as ``core.group_advantages`` takes them); it counts what it hands the actors as
-``samples|tokens/trained`` (nothing is pruned).
+taken in float64 (as ``core.group_advantages`` takes them); it counts ``samples|tokens/pruned`` as 0
+(nothing is pruned). What is trained is counted by the actors, as for DPPO (``adapters.actor``).
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
 
 
 class CountingExperienceMaker(RemoteExperienceMaker):
-    """GRPO: OpenRLHF's experience maker; every experience it hands the actors is trained.
+    """GRPO: OpenRLHF's experience maker; nothing is pruned (the actors count what they train).
 
     One departure, in ``compute_advantages_and_returns``: OpenRLHF's own code runs on float64 rewards, so
     its group statistics are float64 as in ``core.group_advantages`` (whose docstring says why: a group of
@@ -257,9 +257,5 @@ class CountingExperienceMaker(RemoteExperienceMaker):
     @torch.no_grad()
     def make_experience_batch(self, rollout_samples):
         experiences = super().make_experience_batch(rollout_samples)
-        tokens = sum(int(e.action_mask.sum()) for e in experiences)
-        rollout_samples.ctx.add({
-            rd.SAMPLES_TRAINED: sum(len(e.sequences) for e in experiences), rd.TOKENS_TRAINED: tokens,
-            rd.SAMPLES_PRUNED: 0, rd.TOKENS_PRUNED: 0,
-        })  # fmt: skip
+        rollout_samples.ctx.add({rd.SAMPLES_PRUNED: 0, rd.TOKENS_PRUNED: 0})
         return experiences

@@ -12,8 +12,8 @@ One step, top to bottom (OpenRLHF's ``fit`` loop; the ``StepContext`` rides on t
    which follows the plan the maker returned with the experiences. The context's metrics go into the
    status (wandb / tensorboard log them) and generated = trained + pruned + filtered is checked, each
    count taken where it happens: generated and filtered by the samples generator, pruned by the
-   experience maker's mask, trained by the actors from their micro-batches (non-zero weight only;
-   GRPO: every experience OpenRLHF's maker hands the actors, ``CountingExperienceMaker``).
+   experience maker's mask (GRPO: 0, ``CountingExperienceMaker``), trained by the actors from the
+   micro-batches they train (non-zero weight only), in both arms.
    With DPPO the step's all-equal share (``rollout/equal_reward_frac_ht``) goes to the generator's
    ``rate_control`` (``--dppo.prompt_rate_control zero-share`` sets the next draws' prune rate from it).
 3. ``save_logs_and_checkpoints``: one metrics.jsonl line per step; the DPPO state (prompt history,
@@ -24,7 +24,10 @@ the constructor by ``adapters.install`` (never rebuilt or re-read from the names
 Also: ``evaluate`` writes one eval line per evaluation with ``timing/eval`` (seconds); ``fit`` writes
 status.json and, for a fresh run (not resumed) with evaluation on, evaluates once before step 1 (step
 0). With ``--dppo.enable false`` the generator only observes (counts, reward checks) and OpenRLHF's
-experience maker and actor run unchanged: every number is GRPO's.
+experience maker and actor training step run unchanged: every number is GRPO's. One addition: OpenRLHF
+trains whole train batches only, so an epoch's short last rollout batch was generated and never trained;
+the actor's replay buffer trains it as one more optimizer step (``adapters.actor``), as DPPO trains a
+short draw.
 """
 
 from __future__ import annotations

@@ -164,10 +164,13 @@ class AppendGroup:
 
 
 class HostAppendGroup:
-    """Actor group stand-in for the GRPO path: keeps what is appended, returns a fixed fit status."""
+    """Actor group stand-in for the GRPO path: keeps what is appended; fit() counts it as trained, as
+    DPPOActorTrainer counts the host's micro-batches (the real buffer's GRPO steps need process groups:
+    test_dispatch.py runs them on two gloo ranks)."""
 
     def __init__(self):
         self.appended = []
+        self.fitted = 0  # experiences already trained by an earlier fit()
         self.forward = StandInGroup(logprob_fn(0.01, 0.05, 5), 1)
 
     def async_run_method_batch(self, method_name, **kwargs):
@@ -177,7 +180,11 @@ class HostAppendGroup:
         return []
 
     def async_run_method(self, method_name, **kwargs):
-        return [{"policy_loss": 0.5}] if method_name == "fit" else [None]
+        if method_name != "fit":
+            return [None]
+        counts = sum((micro_batch_counts(e) for e in self.appended[self.fitted :]), torch.zeros(4))
+        self.fitted = len(self.appended)
+        return [{"policy_loss": 0.5, **step_counts(counts, 1, None)}]
 
 
 def controller(tmp_path, cfg, extra=(), dp=1, batch=6, n_prompts=24, reward=solved_every_4th):

@@ -4,6 +4,7 @@ KL-in-loss and entropy terms per sequence (METHOD.md condition 4); PolicyLoss is
 import copy
 from types import SimpleNamespace
 
+import pytest
 import torch
 from openrlhf.models import PolicyLoss
 from openrlhf.models import loss as host_loss
@@ -142,3 +143,23 @@ def test_ppo_train_reports_the_trained_and_filler_counts_of_its_micro_batches(mo
         "tokens/fillers": float(tokens[1]),
     }
     assert t.ppo_train(0.05)["samples/trained"] == 3.0  # counts start again at every ppo_train
+
+
+def test_without_dynamic_batching_a_partial_micro_batch_is_refused_before_training(monkeypatch):
+    """OpenRLHF's unpacked loader drops a last, partial micro-batch (drop_last): refused by name, with
+    nothing trained; whole micro-batches go to the host's ppo_train."""
+    from openrlhf_dppo.adapters.actor import DPPOReplayBuffer
+
+    t, exp, _, _, _ = trainer_and_batch(DPPOActorTrainer)
+    t.args.train.dynamic_batch_enable = False
+    t.max_epochs = 1
+    trained = []
+    monkeypatch.setattr(ppo_actor.ActorPPOTrainer, "ppo_train", lambda self, kl: trained.append(1) or {})
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)  # the buffer names a (unused) CUDA device
+    t.replay_buffer = DPPOReplayBuffer(3, 0, True, False, False)  # --train.micro_batch_size 3
+    t.replay_buffer.items = [exp] * 4
+    with pytest.raises(RuntimeError, match=r"holds 4 rollouts, not a multiple of --train.micro_batch_size 3"):
+        t.ppo_train(0.05)
+    assert not trained
+    t.replay_buffer.items = [exp] * 6
+    assert t.ppo_train(0.05)["samples/trained"] == 0.0 and trained == [1]

@@ -19,7 +19,7 @@ from dppo_stand_ins import (
     rollout_batch,
 )
 from openrlhf.models import PolicyLoss
-from openrlhf.trainer.ppo_utils.experience import make_experience_batch
+from openrlhf.trainer.ppo_utils.experience import make_experience_batch, split_experience_batch
 from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
 from openrlhf_dppo.adapters.actor import DPPOReplayBuffer
@@ -169,3 +169,53 @@ def test_two_gloo_ranks_run_equal_micro_batch_counts_and_the_full_batch_loss(tmp
         assert res["micro_batches"] == plan.micro_batches_per_rank, r
         assert abs(res["loss"] - expected) < 1e-6 * max(1.0, abs(expected)), (res["loss"], expected)
         assert "every rank must run the same number" in res["unequal_error"], r
+
+
+@pytest.mark.parametrize(
+    "train_batch, host_steps",
+    [(32, 0), (8, 2)],  # a train batch larger than the short batch; whole train batches and a rest
+    ids=["shorter-than-a-train-batch", "a-rest-after-whole-train-batches"],
+)
+def test_grpo_trains_the_epochs_short_last_batch_on_two_gloo_ranks(tmp_path, train_batch, host_steps):
+    """GRPO (no plan): a rollout batch of 5 prompts where a step holds 8 (an epoch's last, short batch).
+    OpenRLHF's buffer makes whole train batches only and leaves the rest untrained; the DPPO buffer
+    trains the rest as one more optimizer step on both ranks, counted by its micro-batches, with the
+    host's normalisers: the summed loss is the full-batch token-mean loss of the rest."""
+    import dppo_gloo_worker
+    from openrlhf.trainer.ppo_utils.experience import balance_experiences
+
+    from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker
+
+    args = make_args(base_argv(dp=2, batch=8, train_batch=train_batch))
+    G = args.rollout.n_samples_per_prompt
+    maker = CountingExperienceMaker(StandInGroup(ACTOR, 1), None, None, None, FixedKLController(0.0),
+                                    SimpleNamespace(args=args), StandInTokenizer())  # fmt: skip
+    experiences, ctx = make(maker, tag(rollout_batch(5, G, seed=3, binary=False), G))
+    assert "samples/trained" not in ctx.metrics and ctx.metrics["samples/pruned"] == 0  # the actors count
+    ranks = balance_experiences(experiences, args)
+    items = [it for e in ranks for it in split_experience_batch(e)]
+    theta = 0.25
+    payload = tmp_path / "grpo.pt"
+    torch.save({"ranks": ranks, "args": args, "theta": theta}, payload)
+    mp.spawn(
+        dppo_gloo_worker.run_grpo, args=(2, _free_port(), str(payload), str(tmp_path)), nprocs=2, join=True
+    )
+    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    tokens = float(sum(int(it.action_mask.sum()) for it in items))
+    local_batch = train_batch // 2
+    for r, res in enumerate(results):
+        host, ours = res["host"], res["dppo"]
+        assert host["held"] == ours["held"] == 10, r  # 5 x 4 rollouts over two ranks
+        assert host["optimizer_steps"] == host_steps and len(host["seen"]) == host_steps * local_batch, r
+        assert host["counts"]["samples/trained"] == 2 * host_steps * local_batch < 20, r  # the host's loss
+        assert ours["optimizer_steps"] == host_steps + 1, r
+        assert ours["seen"] == list(range(10)), r  # every rollout of the rank, once
+        assert ours["counts"]["samples/trained"] == 20 and ours["counts"]["tokens/trained"] == tokens, r
+        assert ours["loss_scales"] == pytest.approx(host_steps + 1), r  # each step's scales sum to 1
+        assert ours["micro_batches"] == results[0]["dppo"]["micro_batches"], r  # equal counts
+    if host_steps == 0:  # one step of all 20: the host's normalisers of a whole batch
+        assert results[0]["dppo"]["num_tokens"] == [tokens] * results[0]["dppo"]["micro_batches"]
+        assert results[0]["dppo"]["num_seqs"] == [20.0] * results[0]["dppo"]["micro_batches"]
+        expected = float(loss_of(make_experience_batch(items), tokens, theta))
+        for res in results:
+            assert res["dppo"]["loss"] == pytest.approx(expected, rel=1e-6), (res["dppo"]["loss"], expected)

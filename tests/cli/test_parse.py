@@ -211,13 +211,16 @@ def test_install_points_openrlhf_at_the_dppo_classes():
     finally:
         ppo_trainer.PPOTrainer = replaced_classes["PPOTrainer"]
         train_ppo_ray.PolicyModelActor = replaced_classes["PolicyModelActor"]
-    # --dppo.enable false: only the trainer (run directory) is replaced; OpenRLHF's actor stays
+    # --dppo.enable false: the same two (the actor counts what GRPO trains and trains its short batches)
     actor = train_ppo_ray.PolicyModelActor
     replaced_classes = install(DPPOConfig(enable=False), RunMeta())
     try:
-        assert set(replaced_classes) == {"PPOTrainer"} and train_ppo_ray.PolicyModelActor is actor
+        assert set(replaced_classes) == {"PPOTrainer", "PolicyModelActor"}
+        assert replaced_classes["PolicyModelActor"] is actor
+        assert train_ppo_ray.PolicyModelActor is DPPOPolicyModelActor
     finally:
         ppo_trainer.PPOTrainer = replaced_classes["PPOTrainer"]
+        train_ppo_ray.PolicyModelActor = replaced_classes["PolicyModelActor"]
 
 
 def test_the_cli_hands_its_validated_config_and_run_options_to_install(monkeypatch):

