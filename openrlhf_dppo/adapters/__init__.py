@@ -26,7 +26,7 @@ Where a host name is replaced (the host calls it by a module-global name and lea
 | replaced name                            | by                      | where, for how long            | why there is no seam |
 |------------------------------------------|-------------------------|--------------------------------|----------------------|
 | ``ppo_trainer.PPOTrainer``               | ``TrainerFactory``      | ``install``, the driver        | ``train()`` constructs the trainer by that name, with its own arguments only: the factory adds the validated config and the run metadata |
-| ``train_ppo_ray.PolicyModelActor``       | ``DPPOPolicyModelActor``| ``install``, the driver       | ``train()`` builds the actor group from that name |
+| ``train_ppo_ray.PolicyModelActor``       | ``DPPOPolicyModelActor``| ``install``, the driver        | ``train()`` builds the actor group from that name |
 | ``ppo_actor.ActorPPOTrainer``            | ``DPPOActorTrainer``    | one ``init_model_from_pretrained`` | ``PolicyModelActor`` constructs it by that name inside a long method |
 | ``ppo_trainer.balance_experiences``      | ``trainer.planned_balance`` | one DPPO ``train_step``    | a function, not a method: ``train_step`` calls it by that name; the replacement is stateless and reads the plan from its argument |
 | ``ppo_actor.aggregate_loss``             | its weighted version    | one ``training_step`` with weights | ``training_step`` reduces the KL / entropy terms through that function and passes no per-sequence weight |

@@ -103,9 +103,8 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
         partitions = [
             [rest[k] for k in part] for part in get_seqlen_balanced_partitions(lengths, count, False)
         ]
-        live = sum(int(self.items[i].action_mask.sum() > 0) for i in rest)
-        tokens = sum(int(self.items[i].action_mask.sum()) for i in rest)
-        live, tokens = _reduce_sum(strategy, [live, tokens])
+        actions = [int(self.items[i].action_mask.sum()) for i in rest]
+        live, tokens = _reduce_sum(strategy, [sum(a > 0 for a in actions), sum(actions)])
         self.dynamic_indices = self.dynamic_indices + partitions
         self.dynamic_sample_loss_scale = self.dynamic_sample_loss_scale + [
             len(p) / len(rest) for p in partitions
@@ -126,22 +125,22 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
             )
 
 
-def _reduce(strategy, values: list[int], op) -> list[int]:
-    """Integers reduced over the data-parallel ranks (unchanged without a process group)."""
+def _all_reduce(strategy, t: torch.Tensor, op) -> torch.Tensor:
+    """``t`` reduced over the data-parallel ranks, on the CPU (unchanged without a process group)."""
     if not (dist.is_available() and dist.is_initialized()):
-        return list(values)
+        return t
     device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
-    t = torch.tensor(values, dtype=torch.int64, device=device)
+    t = t.to(device)
     dist.all_reduce(t, op=op, group=_get_dp_group(strategy))
-    return [int(v) for v in t.cpu().tolist()]
+    return t.cpu()
 
 
 def _reduce_max(strategy, values: list[int]) -> list[int]:
-    return _reduce(strategy, values, dist.ReduceOp.MAX)
+    return [int(v) for v in _all_reduce(strategy, torch.tensor(values, dtype=torch.int64), dist.ReduceOp.MAX)]
 
 
 def _reduce_sum(strategy, values: list[int]) -> list[int]:
-    return _reduce(strategy, values, dist.ReduceOp.SUM)
+    return [int(v) for v in _all_reduce(strategy, torch.tensor(values, dtype=torch.int64), dist.ReduceOp.SUM)]
 
 
 def micro_batch_counts(experience) -> torch.Tensor:
@@ -159,12 +158,8 @@ COUNT_KEYS = (rd.SAMPLES_TRAINED, rd.TOKENS_TRAINED, rd.SAMPLES_FILLERS, rd.TOKE
 def step_counts(counts: torch.Tensor, epochs: int, strategy) -> dict:
     """The step's ``COUNT_KEYS`` from this rank's summed ``micro_batch_counts`` (4,): per PPO epoch
     (every epoch visits every micro-batch once), summed over the data-parallel ranks."""
-    counts = counts.to(torch.float64) / epochs
-    if dist.is_available() and dist.is_initialized():
-        device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
-        counts = counts.to(device)
-        dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=_get_dp_group(strategy))
-    return dict(zip(COUNT_KEYS, counts.cpu().tolist()))
+    counts = _all_reduce(strategy, counts.to(torch.float64) / epochs, dist.ReduceOp.SUM)
+    return dict(zip(COUNT_KEYS, counts.tolist()))
 
 
 def _sequence_weights(experience) -> torch.Tensor | None:
