@@ -18,7 +18,8 @@
 #            control for "is it only a smaller batch?" (compare calls it not comparable: its batch differs)
 # The runs are interleaved (seed 1 of every arm, then seed 2, ...), so slow drift in the machine's load
 # reaches every arm alike. Then `openrlhf-dppo compare` over all runs writes the report (mean and spread
-# over seeds; training time = the sum of step times, start-up and evaluation excluded).
+# over seeds; training time = the sum of step times, start-up and evaluation excluded) to $OUT/report; a
+# report already there (a sitting extended with new seeds) is first moved to $OUT/report.1 (.2, ...).
 #
 #   bash benchmarks/time_to_accuracy.sh                     # SEEDS="1 2 3", ARMS="grpo shrink refill df"
 #   SEEDS="1" STEPS=50 bash benchmarks/time_to_accuracy.sh  # a quick look
@@ -157,4 +158,10 @@ if [[ "$NAMES " != *" grpo "* ]]; then  # e.g. ARMS="refill df" next to an earli
   echo "      openrlhf-dppo compare --arm grpo='<runs>/grpo_s*'$quoted --baseline grpo --out $OUT/report"
   exit 0
 fi
-"$PY" -m openrlhf_dppo.cli.main compare "${args[@]}" --baseline grpo --out "$OUT/report"
+REPORT="$OUT/report"
+if [ -e "$REPORT" ]; then  # an earlier sitting's report (e.g. before this one added seeds): kept, not overwritten
+  n=1; while [ -e "$REPORT.$n" ]; do n=$((n + 1)); done
+  mv "$REPORT" "$REPORT.$n"
+  echo "[tta] the earlier $REPORT kept as $REPORT.$n; the new report compares every run in $OUT"
+fi
+"$PY" -m openrlhf_dppo.cli.main compare "${args[@]}" --baseline grpo --out "$REPORT"

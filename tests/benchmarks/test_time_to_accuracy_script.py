@@ -178,24 +178,32 @@ def test_the_half_batch_control_refuses_a_batch_it_cannot_halve_before_any_run()
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 # stands in for the venv's python: answers the precision query, records each training run's directory,
-# and (FAKE_STOP=1) asks the sitting to stop from inside its first run, as a person would
+# (FAKE_STOP=1) asks the sitting to stop from inside its first run, as a person would, and writes the
+# closing compare's report.md as the sitting's FAKE_SITTING
 case "$2" in
   openrlhf_dppo.precision) echo bf16 ;;
   openrlhf_dppo.cli.train_dppo_ray)
     while [ $# -gt 0 ]; do if [ "$1" = --ckpt.output_dir ]; then dir=$2; fi; shift; done
     echo "$dir" >> "$FAKE_LOG"
     if [ "${FAKE_STOP:-0}" = 1 ]; then touch "$OUT_ROOT/STOP"; fi ;;
+  openrlhf_dppo.cli.main)
+    while [ $# -gt 0 ]; do if [ "$1" = --out ]; then dir=$2; fi; shift; done
+    mkdir -p "$dir" && echo "${FAKE_SITTING:-}" > "$dir/report.md" ;;
 esac
 exit 0
 """
 
 
-def sitting(tmp_path, stop: bool, stale_stop: bool = False) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """Runs the script's real loop over 3 seeds x 2 arms with a stand-in python (no training)."""
+def sitting(
+    tmp_path, stop: bool, stale_stop: bool = False, seeds: str = "1 2 3", name: str = ""
+) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Runs the script's real loop over the seeds x 2 arms with a stand-in python (no training); a later
+    call with the same tmp_path extends the same OUT."""
     tiny, out, calls = tmp_path / "tiny", tmp_path / "out", tmp_path / "calls.log"
-    (tiny / "data").mkdir(parents=True)
+    (tiny / "data").mkdir(parents=True, exist_ok=True)
     (tiny / "data" / "train.jsonl").write_text("{}\n" * 2000)
-    out.mkdir()
+    out.mkdir(exist_ok=True)
+    calls.write_text("")
     if stale_stop:
         (out / "STOP").touch()
     fake = tmp_path / "python"
@@ -203,7 +211,7 @@ def sitting(tmp_path, stop: bool, stale_stop: bool = False) -> tuple[subprocess.
     fake.chmod(0o755)
     res = run(
         print_cmd=False, PYTHON=str(fake), TINY=str(tiny), OUT=str(out), OUT_ROOT=str(out), FAKE_LOG=str(calls),
-        FAKE_STOP="1" if stop else "0", SEEDS="1 2 3", ARMS="grpo shrink-unseen-ro0",
+        FAKE_STOP="1" if stop else "0", SEEDS=seeds, ARMS="grpo shrink-unseen-ro0", FAKE_SITTING=name,
     )  # fmt: skip
     return res, calls.read_text().split()
 
@@ -226,3 +234,22 @@ def test_a_stop_file_left_from_an_earlier_sitting_does_not_stop_a_new_one(tmp_pa
         str(out / f"{arm}_s{seed}") for seed in (1, 2, 3) for arm in ("grpo", "shrink-unseen-ro0")
     ]
     assert "found" not in res.stdout
+
+
+def test_a_sitting_extended_with_new_seeds_keeps_the_earlier_report(tmp_path):
+    first, _ = sitting(tmp_path, stop=False, name="seeds 1-3")
+    assert first.returncode == 0, first.stderr
+    out = tmp_path / "out"
+    assert (out / "report" / "report.md").read_text() == "seeds 1-3\n"
+    assert "kept as" not in first.stdout
+    for n, (seeds, name) in enumerate((("4 5", "seeds 1-5"), ("6", "seeds 1-6")), start=1):
+        res, runs = sitting(tmp_path, stop=False, seeds=seeds, name=name)
+        assert res.returncode == 0, res.stderr
+        assert runs == [
+            str(out / f"{arm}_s{s}") for s in seeds.split() for arm in ("grpo", "shrink-unseen-ro0")
+        ]
+        assert f"the earlier {out}/report kept as {out}/report.{n}" in res.stdout
+        assert (out / "report" / "report.md").read_text() == name + "\n"
+    assert (out / "report.1" / "report.md").read_text() == "seeds 1-3\n"
+    assert (out / "report.2" / "report.md").read_text() == "seeds 1-5\n"
+    assert not (out / "report.3").exists()
