@@ -162,6 +162,6 @@ REPORT="$OUT/report"
 if [ -e "$REPORT" ]; then  # an earlier sitting's report (e.g. before this one added seeds): kept, not overwritten
   n=1; while [ -e "$REPORT.$n" ]; do n=$((n + 1)); done
   mv "$REPORT" "$REPORT.$n"
-  echo "[tta] the earlier $REPORT kept as $REPORT.$n; the new report compares every run in $OUT"
+  echo "[tta] the earlier $REPORT kept as $REPORT.$n; the new report compares every run of these arms in $OUT"
 fi
 "$PY" -m openrlhf_dppo.cli.main compare "${args[@]}" --baseline grpo --out "$REPORT"
