@@ -42,7 +42,7 @@
 # (constant; cosine_with_min_lr decays each run over its own step count, or over SCHEDULE_STEPS when set:
 # then every arm follows one schedule, and SCHEDULE_STEPS must be >= every arm's steps), EVAL_STEPS.
 # Without grpo in ARMS (re-running some arms next to an earlier baseline) the runs are made and the
-# compare command printed.
+# compare command printed (its --out the first of $OUT/report, report.1, ... not taken yet).
 # To end a sitting early with every arm on the same seeds: `touch $OUT/STOP`. The seed in progress runs
 # its remaining arms, no further seed starts, and the runs made so far are compared. A STOP file left from
 # an earlier sitting is removed when the script starts.
@@ -155,7 +155,9 @@ for arm in $NAMES; do args+=(--arm "$arm=$OUT/${arm}_s*"); done
 if [[ "$NAMES " != *" grpo "* ]]; then  # e.g. ARMS="refill df" next to an earlier run's grpo arm
   echo "[tta] no grpo arm in ARMS: compare these runs with the baseline's yourself, e.g."
   quoted=""; for arm in $NAMES; do quoted+=" --arm '$arm=$OUT/${arm}_s*'"; done
-  echo "      openrlhf-dppo compare --arm grpo='<runs>/grpo_s*'$quoted --baseline grpo --out $OUT/report"
+  free="$OUT/report"; n=1  # a name not taken yet, so that following the hint keeps an earlier report
+  while [ -e "$free" ]; do free="$OUT/report.$n"; n=$((n + 1)); done
+  echo "      openrlhf-dppo compare --arm grpo='<runs>/grpo_s*'$quoted --baseline grpo --out $free"
   exit 0
 fi
 REPORT="$OUT/report"

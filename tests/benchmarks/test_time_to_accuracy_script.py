@@ -195,7 +195,8 @@ exit 0
 
 
 def sitting(
-    tmp_path, stop: bool, stale_stop: bool = False, seeds: str = "1 2 3", name: str = ""
+    tmp_path, stop: bool, stale_stop: bool = False, seeds: str = "1 2 3", name: str = "",
+    arms: str = "grpo shrink-unseen-ro0",
 ) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Runs the script's real loop over the seeds x 2 arms with a stand-in python (no training); a later
     call with the same tmp_path extends the same OUT."""
@@ -211,7 +212,7 @@ def sitting(
     fake.chmod(0o755)
     res = run(
         print_cmd=False, PYTHON=str(fake), TINY=str(tiny), OUT=str(out), OUT_ROOT=str(out), FAKE_LOG=str(calls),
-        FAKE_STOP="1" if stop else "0", SEEDS=seeds, ARMS="grpo shrink-unseen-ro0", FAKE_SITTING=name,
+        FAKE_STOP="1" if stop else "0", SEEDS=seeds, ARMS=arms, FAKE_SITTING=name,
     )  # fmt: skip
     return res, calls.read_text().split()
 
@@ -253,3 +254,18 @@ def test_a_sitting_extended_with_new_seeds_keeps_the_earlier_report(tmp_path):
     assert (out / "report.1" / "report.md").read_text() == "seeds 1-3\n"
     assert (out / "report.2" / "report.md").read_text() == "seeds 1-5\n"
     assert not (out / "report.3").exists()
+
+
+def test_without_a_grpo_arm_the_printed_compare_writes_where_no_report_is_yet(tmp_path):
+    out = tmp_path / "out"
+    hint = "--baseline grpo --out "
+    res, runs = sitting(tmp_path, stop=False, seeds="1", arms="zero-share")
+    assert res.returncode == 0, res.stderr
+    assert runs == [str(out / "zero-share_s1")] and "no grpo arm in ARMS" in res.stdout
+    assert res.stdout.rstrip().endswith(hint + str(out / "report"))  # nothing there yet: the usual name
+    assert not (out / "report").exists()  # the script compares nothing itself
+    (out / "report").mkdir()
+    (out / "report.1").mkdir()
+    res, _ = sitting(tmp_path, stop=False, seeds="2", arms="zero-share")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.rstrip().endswith(hint + str(out / "report.2"))
