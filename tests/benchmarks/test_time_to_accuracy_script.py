@@ -195,7 +195,11 @@ exit 0
 
 
 def sitting(
-    tmp_path, stop: bool, stale_stop: bool = False, seeds: str = "1 2 3", name: str = "",
+    tmp_path,
+    stop: bool,
+    stale_stop: bool = False,
+    seeds: str = "1 2 3",
+    name: str = "",
     arms: str = "grpo shrink-unseen-ro0",
 ) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Runs the script's real loop over the seeds x 2 arms with a stand-in python (no training); a later
