@@ -42,7 +42,7 @@
 # (constant; cosine_with_min_lr decays each run over its own step count, or over SCHEDULE_STEPS when set:
 # then every arm follows one schedule, and SCHEDULE_STEPS must be >= every arm's steps), EVAL_STEPS.
 # Without grpo in ARMS (re-running some arms next to an earlier baseline) the runs are made and the
-# compare command printed (its --out the first of $OUT/report, report.1, ... not taken yet).
+# compare command printed (after a command that moves an earlier $OUT/report aside, as a sitting does).
 # To end a sitting early with every arm on the same seeds: `touch $OUT/STOP`. The seed in progress runs
 # its remaining arms, no further seed starts, and the runs made so far are compared. A STOP file left from
 # an earlier sitting is removed when the script starts.
@@ -152,18 +152,19 @@ done
 NAMES=""; for arm_spec in $ARMS; do NAMES+=" $(arm_name "$arm_spec")"; done
 args=()
 for arm in $NAMES; do args+=(--arm "$arm=$OUT/${arm}_s*"); done
+REPORT="$OUT/report"
+# where an earlier report is kept (an earlier sitting's, e.g. before this one added seeds): report.1, .2, ...
+kept_name() { local n=1; while [ -e "$REPORT.$n" ]; do n=$((n + 1)); done; echo "$REPORT.$n"; }
 if [[ "$NAMES " != *" grpo "* ]]; then  # e.g. ARMS="refill df" next to an earlier run's grpo arm
   echo "[tta] no grpo arm in ARMS: compare these runs with the baseline's yourself, e.g."
+  if [ -e "$REPORT" ]; then echo "      mv $REPORT $(kept_name)    # keeps the earlier report"; fi
   quoted=""; for arm in $NAMES; do quoted+=" --arm '$arm=$OUT/${arm}_s*'"; done
-  free="$OUT/report"; n=1  # a name not taken yet, so that following the hint keeps an earlier report
-  while [ -e "$free" ]; do free="$OUT/report.$n"; n=$((n + 1)); done
-  echo "      openrlhf-dppo compare --arm grpo='<runs>/grpo_s*'$quoted --baseline grpo --out $free"
+  echo "      openrlhf-dppo compare --arm grpo='<runs>/grpo_s*'$quoted --baseline grpo --out $REPORT"
   exit 0
 fi
-REPORT="$OUT/report"
-if [ -e "$REPORT" ]; then  # an earlier sitting's report (e.g. before this one added seeds): kept, not overwritten
-  n=1; while [ -e "$REPORT.$n" ]; do n=$((n + 1)); done
-  mv "$REPORT" "$REPORT.$n"
-  echo "[tta] the earlier $REPORT kept as $REPORT.$n; the new report compares every run of these arms in $OUT"
+if [ -e "$REPORT" ]; then
+  kept=$(kept_name)
+  mv "$REPORT" "$kept"
+  echo "[tta] the earlier $REPORT kept as $kept; the new report compares every run of these arms in $OUT"
 fi
 "$PY" -m openrlhf_dppo.cli.main compare "${args[@]}" --baseline grpo --out "$REPORT"

@@ -260,16 +260,19 @@ def test_a_sitting_extended_with_new_seeds_keeps_the_earlier_report(tmp_path):
     assert not (out / "report.3").exists()
 
 
-def test_without_a_grpo_arm_the_printed_compare_writes_where_no_report_is_yet(tmp_path):
+def test_without_a_grpo_arm_the_printed_commands_keep_an_earlier_report(tmp_path):
     out = tmp_path / "out"
-    hint = "--baseline grpo --out "
+    compare_to = f"--baseline grpo --out {out}/report"
     res, runs = sitting(tmp_path, stop=False, seeds="1", arms="zero-share")
     assert res.returncode == 0, res.stderr
     assert runs == [str(out / "zero-share_s1")] and "no grpo arm in ARMS" in res.stdout
-    assert res.stdout.rstrip().endswith(hint + str(out / "report"))  # nothing there yet: the usual name
+    assert res.stdout.rstrip().endswith(compare_to) and "mv " not in res.stdout  # nothing there to keep
     assert not (out / "report").exists()  # the script compares nothing itself
     (out / "report").mkdir()
     (out / "report.1").mkdir()
     res, _ = sitting(tmp_path, stop=False, seeds="2", arms="zero-share")
     assert res.returncode == 0, res.stderr
-    assert res.stdout.rstrip().endswith(hint + str(out / "report.2"))
+    mv, compare = res.stdout.strip().splitlines()[-2:]
+    assert mv.split("#")[0].split() == ["mv", f"{out}/report", f"{out}/report.2"]  # the sitting's own naming
+    assert compare.endswith(compare_to)
+    assert (out / "report").is_dir() and not (out / "report.2").exists()  # printed, not done
