@@ -188,6 +188,7 @@ class _DPPOTrainer(_PPOTrainerBase):
         G = self.args.rollout.n_samples_per_prompt
         rolled_out = list(rollout_samples) + ctx.filtered
         stats = rollout_stats(rolled_out, G, ctx)
+        logged = self._prompt_rows(ctx, rolled_out, G) if self.dppo.prompt_log and stats is not None else None
         if self.dppo.enable:  # OpenRLHF calls balance_experiences by its module-global name (see adapters)
             with swap_attr(ppo_trainer, "balance_experiences", planned_balance):
                 status, step = super().train_step(rollout_samples, global_step)
@@ -201,7 +202,23 @@ class _DPPOTrainer(_PPOTrainerBase):
             status[rd.REWARD_HT] = status[rd.REWARD_MEAN]
         status.update(ctx.metrics)
         check_accounting(status)
+        if logged is not None:
+            self.run_dir.log_prompts(ctx.step, *logged)
         return status, step
+
+    def _prompt_rows(self, ctx: StepContext, rolled_out, G: int):
+        """``--dppo.prompt_log``: the step's rolled-out groups (dynamic filtering's dropped ones too) as
+        (dataset indices, q (1 where DPPO did not draw it), RAW rewards (n, G)), taken before the
+        experience maker applies any length penalty to the samples in place."""
+        rewards = torch.cat([s.rewards.reshape(-1) for s in rolled_out]).to(torch.float64).reshape(-1, G)
+        index, q = [], []
+        for sample in rolled_out[::G]:
+            tag = ctx.prompt(sample.prompts[0])
+            index.append(
+                tag.index if tag is not None else self.samples_generator.prompt_index[sample.prompts[0]]
+            )
+            q.append(1.0 if tag is None else tag.q)
+        return index, q, rewards.tolist()
 
     # ---- logs, checkpoints, evaluation -----------------------------------------------------------
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):

@@ -157,9 +157,15 @@ class DPPOConfig:
         "--rollout.max_new_tokens (--data.max_len when unset; Dr.GRPO style, exactly unbiased)",
         choices=TOKEN_NORMALIZERS,
     )
+    prompt_log: bool = option(
+        False,
+        "true: append each step's rolled-out groups (dataset index, keep probability q, raw rewards) to "
+        "prompts.jsonl in the run directory, DPPO on or off: the data of benchmarks/prompt_predictability.py, "
+        "which measures how well a prompt's history predicts its groups without gradient",
+    )
 
     def __post_init__(self) -> None:
-        for name in ("enable", "drop_zero_advantage"):
+        for name in ("enable", "drop_zero_advantage", "prompt_log"):
             if not isinstance(getattr(self, name), bool):
                 _reject(name, getattr(self, name), "must be a bool (true/false)")
         for name in ("prompt_prune_rate", "completion_prune_rate"):

@@ -34,6 +34,7 @@ def test_defaults_match_design():
         "prompt_batch": "shrink",
         "drop_zero_advantage": True,
         "token_normalizer": "ht",
+        "prompt_log": False,
     }
     assert c.prompt_keep_frac == 1.0 and c.completion_keep_frac == 1.0
     with pytest.raises(dataclasses.FrozenInstanceError):
