@@ -196,3 +196,36 @@ def test_reward_statistics_are_of_the_raw_rewards_not_the_length_penalised_ones(
     assert status["rollout/reward_mean"] == pytest.approx(float(raw.mean()), rel=1e-14)
     assert status["rollout/reward_std"] == pytest.approx(float(raw.std()), rel=1e-12)
     assert status["rollout/reward_ht"] == status["rollout/reward_mean"]
+
+
+# ---- --dppo.prompt_log ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("enable", [True, False])
+def test_the_prompt_log_has_every_rolled_out_group_with_its_index_q_and_raw_rewards(tmp_path, enable):
+    """Two steps, the second pruned (DPPO) and dynamic filtering on: each line is one step's rolled-out
+    groups, the filtered ones too, with the dataset index, the q it was drawn with and the rewards as the
+    reward function returned them (not those the overlong penalty shapes for training)."""
+    penalty = ["--reward.overlong_buffer_len", "20", "--reward.overlong_penalty_factor", "1.0"]
+    pruning = dict(prompt_prune_rate=0.5, q_min=0.2, seed=3) if enable else {}
+    cfg = DPPOConfig(enable=enable, prompt_log=True, **pruning)
+    t = controller(tmp_path, cfg, batch=8, n_prompts=8, extra=penalty + ["--algo.dynamic_filtering_enable"])
+    G = t.args.rollout.n_samples_per_prompt
+    steps = [one_step(t)[1] for _ in range(2)]
+    log = [json.loads(line) for line in (tmp_path / "run" / "prompts.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in log] == [1, 2]
+    for row, samples in zip(log, steps):
+        rolled = list(samples) + samples.ctx.filtered
+        assert len(row["index"]) == len(row["q"]) == len(row["rewards"]) == len(rolled) // G
+        assert row["index"] == [int(s.prompts[0].split()[-1]) for s in rolled[::G]]
+        assert row["rewards"] == [
+            [float(s.info["score"]) for s in rolled[j : j + G]] for j in range(0, len(rolled), G)
+        ]
+        drawn = [samples.ctx.prompt(s.prompts[0]) for s in rolled[::G]]
+        assert row["q"] == [1.0 if d is None else d.q for d in drawn]
+    assert any(s.ctx.filtered for s in steps)  # dynamic filtering dropped groups, and they are in the log
+    if enable:
+        assert min(log[1]["q"]) < 1.0  # the second draw pruned: its q are logged as drawn
+    t2 = controller(tmp_path / "off", DPPOConfig(enable=enable), batch=8, n_prompts=8)
+    one_step(t2)
+    assert not (tmp_path / "off" / "run" / "prompts.jsonl").exists()  # off by default
