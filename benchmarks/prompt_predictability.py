@@ -32,8 +32,10 @@ Rows: a uniform draw (q = 1 - r for every prompt: kept = effective = 1 - r); eac
 DECAY:PRIOR`` (the history's ``--dppo.history_decay`` and ``--dppo.history_prior``; the project's
 score s = 1 - p^G - (1 - p)^G, p the discounted Beta posterior mean), with q proportional to s (the
 project's rule) and to sqrt(s) (the rule that minimises that variance for a fixed budget when s is the
-probability that the group carries gradient: minimise sum_j s_j / q_j subject to sum_j q_j = K); and
-the oracle (a score of 1 for the gradient-carrying groups, 0 for the others: q_min on those), the most
+probability that the group carries gradient: minimise sum_j s_j / q_j subject to sum_j q_j = K) and,
+as the most that score can give, q proportional to sqrt(P) with P the share of gradient-carrying groups
+among the groups in the same decile of the score, fitted on the same run ("calibrated in-sample": an
+optimistic bound, since it uses the outcomes it is scored on); and the oracle (a score of 1 for the gradient-carrying groups, 0 for the others: q_min on those), the most
 any predictor can keep at that rate with the floor q_min. Mean ± sd (range) over the runs.
 """
 
@@ -127,6 +129,7 @@ def study_run(steps, histories, rates, first_step: int) -> dict:
     rows: dict[str, dict] = {}
     tallies: dict[tuple[str, float], Tally] = {}
     scores_seen: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    per_step: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     hist = {f"history {d:g}:{a:g}": PromptHistory(decay=d, prior=a) for d, a in histories}
     n_groups = n_seen = n_equal = 0
 
@@ -145,6 +148,7 @@ def study_run(steps, histories, rates, first_step: int) -> dict:
                 first_seen = seen if first_seen is None else first_seen
                 unseen = h.mean_seen_score(G)
                 scores_seen.setdefault(name, []).append((s[seen & grad], s[seen & ~grad]))
+                per_step.setdefault(name, []).append((s, grad))
                 tally(f"{name}, q ~ s", s, grad, unseen)
                 root = np.where(np.isfinite(s), np.sqrt(np.clip(s, 0.0, None)), np.inf)
                 tally(f"{name}, q ~ sqrt(s)", root, grad, float(np.sqrt(unseen)))
@@ -157,6 +161,10 @@ def study_run(steps, histories, rates, first_step: int) -> dict:
             h.update(torch.from_numpy(index), torch.from_numpy(rewards), step)
     if n_groups == 0:
         raise ValueError(f"no step from --first-step {first_step} on (the run has {len(steps)})")
+    for name, seq in per_step.items():  # the score's best use: its calibrated probability, q ~ sqrt
+        calibrated = calibrate(np.concatenate([x for x, _ in seq]), np.concatenate([g for _, g in seq]))
+        for s, grad in seq:
+            tally(f"{name}, calibrated in-sample, q ~ sqrt(P)", np.sqrt(calibrated(s)), grad, None)
     for (name, r), t in tallies.items():
         row = rows.setdefault(name, {"auc": float("nan")})
         row[r] = t.result()
@@ -171,6 +179,27 @@ def study_run(steps, histories, rates, first_step: int) -> dict:
         "equal_share": n_equal / n_groups,
     }
     return {"rows": rows, "meta": meta}
+
+
+def calibrate(score: np.ndarray, grad: np.ndarray, bins: int = 10):
+    """The share of gradient-carrying groups among the groups of each score decile (unseen prompts, score
+    +inf, their own bin), fitted on the very groups it is then applied to (in-sample: a bound no real
+    draw reaches, which must fix q before the outcomes). Returns score -> P(the group carries gradient),
+    floored at 1e-3 so that every q stays > 0."""
+    finite = np.isfinite(score)
+    edges = (
+        np.unique(np.quantile(score[finite], np.linspace(0, 1, bins + 1))) if finite.any() else np.zeros(1)
+    )
+
+    def bin_of(x: np.ndarray) -> np.ndarray:
+        inner = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, max(len(edges) - 2, 0))
+        return np.where(np.isfinite(x), inner, len(edges))
+
+    b = bin_of(score)
+    rate = np.full(len(edges) + 1, grad.mean())
+    for k in np.unique(b):
+        rate[k] = grad[b == k].mean()
+    return lambda x: np.maximum(rate[bin_of(x)], 1e-3)
 
 
 def spread(values: list[float], fmt: str = ".3f") -> str:

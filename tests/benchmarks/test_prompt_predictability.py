@@ -88,6 +88,9 @@ def test_a_history_that_foresees_the_groups_scores_auc_1_and_keeps_more_gradient
         assert row["auc"] == 1.0
         assert row[0.5]["kept"] > 0.5 and row[0.5]["effective"] > 0.5
         assert row[0.5]["equal_rolled"] < 0.5
+    # calibrated on the outcomes, a score that separates the two kinds of prompt exactly is the oracle
+    calibrated = rows["history 0:1, calibrated in-sample, q ~ sqrt(P)"][0.5]
+    assert calibrated["kept"] == pytest.approx(rows["oracle"][0.5]["kept"]) == pytest.approx(0.9)
     # q ~ s leans harder on the score than q ~ sqrt(s): more gradient kept, fewer all-equal rolled out
     assert rows["history 0:1, q ~ s"][0.5]["kept"] > rows["history 0:1, q ~ sqrt(s)"][0.5]["kept"]
     # a history with no memory of which prompt is which cannot beat chance: shuffle the groups' outcomes
@@ -146,3 +149,10 @@ def test_bad_input_is_refused_with_what_is_wrong(tmp_path, capsys):
     with pytest.raises(SystemExit):
         pp.main(["--arm", f"x={tmp_path}/none_*"])
     assert "expected NAME=GLOB matching at least one run directory" in capsys.readouterr().err
+
+
+def test_calibration_maps_each_score_decile_and_the_unseen_to_their_gradient_share():
+    score = np.array([0.1, 0.1, 0.2, 0.2, np.inf, np.inf, np.inf])
+    grad = np.array([False, False, True, False, True, True, False])
+    p = pp.calibrate(score, grad, bins=2)
+    assert p(np.array([0.1, 0.2, np.inf])).tolist() == pytest.approx([1e-3, 0.5, 2 / 3])
