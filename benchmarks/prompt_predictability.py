@@ -2,7 +2,7 @@
 rate could keep of a GRPO batch's gradient with that prediction.
 
     python benchmarks/prompt_predictability.py --arm grpo='runs/x/grpo_s*' [--rates 0.33,0.5] \
-        [--history 0.5:1 --history 0:1 ...] [--first-step 1]
+        [--history 0.5:1 --history 0:1 ...] [--first-step 1] [--reward-kind auto]
 
 The runs must be GRPO runs (``--dppo.enable false``) made with ``--dppo.prompt_log true``: their
 prompts.jsonl holds every drawn prompt's group, with its dataset index and its G raw rewards, step by
@@ -30,13 +30,17 @@ carries some. Per predictor and policy, pooled over the run's steps from ``--fir
 
 Rows: a uniform draw (q = 1 - r for every prompt: kept = effective = 1 - r); each ``--history
 DECAY:PRIOR`` (the history's ``--dppo.history_decay`` and ``--dppo.history_prior``; the project's
-score s = 1 - p^G - (1 - p)^G, p the discounted Beta posterior mean), with q proportional to s (the
+score s = 1 - p^G - (1 - p)^G, p the discounted Beta posterior mean, or the reward std: see
+``--reward-kind``), with q proportional to s (the
 project's rule) and to sqrt(s) (the rule that minimises that variance for a fixed budget when s is the
 probability that the group carries gradient: minimise sum_j s_j / q_j subject to sum_j q_j = K) and,
 as the most that score can give, q proportional to sqrt(P) with P the share of gradient-carrying groups
 among the groups in the same decile of the score, fitted on the same run ("calibrated in-sample": an
 optimistic bound, since it uses the outcomes it is scored on); and the oracle (a score of 1 for the gradient-carrying groups, 0 for the others: q_min on those), the most
 any predictor can keep at that rate with the floor q_min. Mean ± sd (range) over the runs.
+``--reward-kind`` is the histories' ``--dppo.reward_kind``: auto (the default) takes the reward std as the
+score as soon as a reward outside {0, 1} is seen (countdown's 0.05 for a well-formed wrong answer), binary
+keeps the success-based score.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from openrlhf_dppo import run_dir as R  # noqa: E402
 from openrlhf_dppo.core import PromptHistory, prompt_keep_probs  # noqa: E402
+from openrlhf_dppo.core.history import REWARD_KINDS  # noqa: E402
 
 DEFAULT_HISTORIES = ("0.5:1", "0:1", "0.5:0.25", "0.9:1")
 Q_MIN = 0.1  # --dppo.q_min's default
@@ -123,14 +128,16 @@ class Tally:
         }
 
 
-def study_run(steps, histories, rates, first_step: int) -> dict:
+def study_run(steps, histories, rates, first_step: int, reward_kind: str = "auto") -> dict:
     """One run: {row name: {"auc", "seen", "equal_share", rate: {equal_rolled, kept, effective}}}."""
     G = steps[0][1].shape[1]
     rows: dict[str, dict] = {}
     tallies: dict[tuple[str, float], Tally] = {}
     scores_seen: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     per_step: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    hist = {f"history {d:g}:{a:g}": PromptHistory(decay=d, prior=a) for d, a in histories}
+    hist = {
+        f"history {d:g}:{a:g}": PromptHistory(decay=d, prior=a, reward_kind=reward_kind) for d, a in histories
+    }
     n_groups = n_seen = n_equal = 0
 
     def tally(name: str, score: np.ndarray, grad: np.ndarray, unseen_score: float | None) -> None:
@@ -222,6 +229,12 @@ def main(argv=None) -> dict:
         "--history", action="append", metavar="DECAY:PRIOR", help=f"default: {' '.join(DEFAULT_HISTORIES)}"
     )
     ap.add_argument("--first-step", type=int, default=1, help="the first step counted (the history sees all)")
+    ap.add_argument(
+        "--reward-kind",
+        choices=REWARD_KINDS,
+        default="auto",
+        help="the histories' --dppo.reward_kind (its default: auto)",
+    )
     args = ap.parse_args(argv)
     try:
         rates = [float(x) for x in args.rates.split(",")]
@@ -242,7 +255,10 @@ def main(argv=None) -> dict:
         if not sep or not name or not runs:
             ap.error(f"--arm {spec!r}: expected NAME=GLOB matching at least one run directory")
         try:
-            studies = [study_run(load_steps(run), histories, rates, args.first_step) for run in runs]
+            studies = [
+                study_run(load_steps(run), histories, rates, args.first_step, args.reward_kind)
+                for run in runs
+            ]
         except (R.RunDirError, ValueError) as err:
             ap.error(str(err))
         out[name] = studies
