@@ -405,18 +405,22 @@ class RunDir:
 def read_prompt_log(run_dir: str | os.PathLike) -> list[dict]:
     """prompts.jsonl of a run (``--dppo.prompt_log``), one line per step in step order: the last line
     written for each step (a resumed run redoes steps), and only the steps metrics.jsonl has trained.
-    A missing file or a line that is not a JSON object with the four fields raises RunDirError."""
+    A last line cut short (a run killed while writing it) is left out; a missing file, or any other line
+    that is not a JSON object with the four fields, raises RunDirError."""
     path = Path(run_dir) / PROMPT_LOG
     if not path.is_file():
         raise RunDirError(f"{path}: not found (the run was not made with --dppo.prompt_log true)")
     trained = {r[STEP] for r in last_per_step(read_metrics(run_dir), TRAIN)}
+    lines = [
+        (n, text) for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if text.strip()
+    ]
     by_step: dict[int, dict] = {}
-    for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not text.strip():
-            continue
+    for n, text in lines:
         try:
             row = json.loads(text)
         except json.JSONDecodeError as err:
+            if n == lines[-1][0]:
+                break
             raise RunDirError(f"{path}:{n}: not valid JSON ({err})") from err
         if not isinstance(row, dict) or any(k not in row for k in (STEP, "index", "q", "rewards")):
             raise RunDirError(f"{path}:{n}: expected an object with step, index, q and rewards")

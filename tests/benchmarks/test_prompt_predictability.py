@@ -122,6 +122,13 @@ def test_the_log_reader_keeps_the_last_line_of_each_trained_step(tmp_path):
     d = make_run(tmp_path, "r", steps, extra=[redo, untrained])
     rows = R.read_prompt_log(d)
     assert [r["step"] for r in rows] == [1, 2] and rows[1]["index"] == [1, 0]
+    log = Path(d) / "prompts.jsonl"
+    text = log.read_text()
+    log.write_text(text + '{"step": 3, "ind')  # killed while writing: the cut line is left out
+    assert [r["step"] for r in R.read_prompt_log(d)] == [1, 2]
+    log.write_text('{"step": 1, "ind\n' + text)  # a broken line before others is an error, named
+    with pytest.raises(R.RunDirError, match="prompts.jsonl:1: not valid JSON"):
+        R.read_prompt_log(d)
 
 
 def test_bad_input_is_refused_with_what_is_wrong(tmp_path, capsys):
