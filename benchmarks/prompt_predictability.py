@@ -56,6 +56,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from openrlhf_dppo import prompt_log  # noqa: E402
 from openrlhf_dppo import run_dir as R  # noqa: E402
 from openrlhf_dppo.core import PromptHistory, prompt_keep_probs  # noqa: E402
 from openrlhf_dppo.core.history import REWARD_KINDS  # noqa: E402
@@ -76,7 +77,7 @@ def parse_history(text: str) -> tuple[float, float]:
 def load_steps(run: str) -> list[tuple[np.ndarray, np.ndarray]]:
     """A GRPO run's logged steps as (dataset indices (n,), rewards (n, G)); refuses a run with q < 1."""
     steps = []
-    for row in R.read_prompt_log(run):
+    for row in prompt_log.read(run):
         if any(q != 1.0 for q in row["q"]):
             raise ValueError(
                 f"{run}: step {row[R.STEP]} has groups rolled out with q < 1 (a DPPO run): the study needs "

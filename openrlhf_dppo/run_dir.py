@@ -48,10 +48,6 @@ METRICS = "metrics.jsonl"
 STATUS = "status.json"
 EVAL_RESULTS = "eval_results.json"
 REPLACED = METRICS + ".replaced-"  # + n: the lines a resume cut from metrics.jsonl
-# --dppo.prompt_log: one line per step, {"step", "index": [...], "q": [...], "rewards": [[G rewards], ...]},
-# the step's rolled-out groups in order. A resumed run appends the steps it redoes again: a reader takes
-# the last line of each step, and only steps metrics.jsonl has (read_prompt_log).
-PROMPT_LOG = "prompts.jsonl"
 
 # ---- status.json ----------------------------------------------------------------------------------
 # running: training (the trainer). interrupted: the trainer was stopped by a signal (a cancel, a requeue,
@@ -357,15 +353,6 @@ class RunDir:
         self._own_lines += 1
         return line
 
-    def log_prompts(self, step: int, index: list[int], q: list[float], rewards: list[list[float]]) -> None:
-        """Append one step's rolled-out groups to prompts.jsonl (``--dppo.prompt_log``)."""
-        if not len(index) == len(q) == len(rewards):
-            raise ValueError(f"{len(index)} indices, {len(q)} keep probabilities and {len(rewards)} groups")
-        line = {STEP: int(step), "index": [int(i) for i in index], "q": [float(x) for x in q],
-                "rewards": [[float(r) for r in g] for g in rewards]}  # fmt: skip
-        with open(self.path / PROMPT_LOG, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(line) + "\n")
-
     def status(self, state: str, step: int | None, reason: str | None = None) -> dict:
         return write_status(self.path, state, step, max_steps=self.max_steps, reason=reason)
 
@@ -400,32 +387,6 @@ class RunDir:
         tmp.write_text("".join(x + "\n" for x in keep + own), encoding="utf-8")
         os.replace(tmp, path)
         return len(cut)
-
-
-def read_prompt_log(run_dir: str | os.PathLike) -> list[dict]:
-    """prompts.jsonl of a run (``--dppo.prompt_log``), one line per step in step order: the last line
-    written for each step (a resumed run redoes steps), and only the steps metrics.jsonl has trained.
-    A last line cut short (a run killed while writing it) is left out; a missing file, or any other line
-    that is not a JSON object with the four fields, raises RunDirError."""
-    path = Path(run_dir) / PROMPT_LOG
-    if not path.is_file():
-        raise RunDirError(f"{path}: not found (the run was not made with --dppo.prompt_log true)")
-    trained = {r[STEP] for r in last_per_step(read_metrics(run_dir), TRAIN)}
-    lines = [
-        (n, text) for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if text.strip()
-    ]
-    by_step: dict[int, dict] = {}
-    for n, text in lines:
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as err:
-            if n == lines[-1][0]:
-                break
-            raise RunDirError(f"{path}:{n}: not valid JSON ({err})") from err
-        if not isinstance(row, dict) or any(k not in row for k in (STEP, "index", "q", "rewards")):
-            raise RunDirError(f"{path}:{n}: expected an object with step, index, q and rewards")
-        by_step[row[STEP]] = row
-    return [by_step[s] for s in sorted(by_step) if s in trained]
 
 
 def _train_time_after(rows: list[dict]) -> float:

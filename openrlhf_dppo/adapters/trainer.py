@@ -41,7 +41,7 @@ import torch
 from openrlhf.trainer import ppo_trainer
 from openrlhf.utils.logging_utils import init_logger
 
-from openrlhf_dppo import precision
+from openrlhf_dppo import precision, prompt_log
 from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters import packing
 from openrlhf_dppo.adapters._ray import remote_like, swap_attr, unwrap_actor_class
@@ -203,13 +203,13 @@ class _DPPOTrainer(_PPOTrainerBase):
         status.update(ctx.metrics)
         check_accounting(status)
         if logged is not None:
-            self.run_dir.log_prompts(ctx.step, *logged)
+            prompt_log.append(self.run_dir.path, ctx.step, *logged)
         return status, step
 
     def _prompt_rows(self, ctx: StepContext, rolled_out, G: int):
-        """``--dppo.prompt_log``: the step's rolled-out groups (dynamic filtering's dropped ones too) as
-        (dataset indices, q (1 where DPPO did not draw it), RAW rewards (n, G)), taken before the
-        experience maker applies any length penalty to the samples in place."""
+        """``--dppo.prompt_log``: the step's rolled-out groups for ``prompt_log.append`` (dynamic filtering's
+        dropped ones too) as (dataset indices, q (1 where DPPO did not draw it), RAW rewards (n, G)), taken
+        before the experience maker applies any length penalty to the samples in place."""
         rewards = torch.cat([s.rewards.reshape(-1) for s in rolled_out]).to(torch.float64).reshape(-1, G)
         index, q = [], []
         for sample in rolled_out[::G]:

@@ -1,4 +1,4 @@
-"""benchmarks/prompt_predictability.py and the prompt log it reads (``run_dir.read_prompt_log``), on
+"""benchmarks/prompt_predictability.py and the prompt log it reads (``openrlhf_dppo.prompt_log``), on
 hand-made run directories: the uniform and oracle rows by hand, a task whose all-equal groups history can
 foresee (AUC 1, more gradient kept than a uniform draw), the AUC against a brute-force count, and bad
 input."""
@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from openrlhf_dppo import prompt_log
 from openrlhf_dppo import run_dir as R
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -120,15 +121,15 @@ def test_the_log_reader_keeps_the_last_line_of_each_trained_step(tmp_path):
     redo = {"step": 2, "index": [1, 0], "q": [1.0, 1.0], "rewards": [[0.0, 0.0], [1.0, 1.0]]}
     untrained = {"step": 3, "index": [0], "q": [1.0], "rewards": [[1.0, 1.0]]}
     d = make_run(tmp_path, "r", steps, extra=[redo, untrained])
-    rows = R.read_prompt_log(d)
+    rows = prompt_log.read(d)
     assert [r["step"] for r in rows] == [1, 2] and rows[1]["index"] == [1, 0]
     log = Path(d) / "prompts.jsonl"
     text = log.read_text()
     log.write_text(text + '{"step": 3, "ind')  # killed while writing: the cut line is left out
-    assert [r["step"] for r in R.read_prompt_log(d)] == [1, 2]
+    assert [r["step"] for r in prompt_log.read(d)] == [1, 2]
     log.write_text('{"step": 1, "ind\n' + text)  # a broken line before others is an error, named
     with pytest.raises(R.RunDirError, match="prompts.jsonl:1: not valid JSON"):
-        R.read_prompt_log(d)
+        prompt_log.read(d)
 
 
 def test_bad_input_is_refused_with_what_is_wrong(tmp_path, capsys):

@@ -112,6 +112,12 @@ LAYERS: dict[str, Rule] = {
     "metric_keys": only(host_free=True, why="every metric key named once: constants, imports nothing"),
     "core": only("metric_keys", host_free=True, why="pure torch math: imports torch and numpy only"),
     "run_dir": only("metric_keys", host_free=True, why="the run-directory format: standard library only"),
+    "prompt_log": only(
+        "run_dir",
+        "metric_keys",
+        host_free=True,
+        why="prompts.jsonl of --dppo.prompt_log: standard library only",
+    ),
     "report": all_but(
         "adapters",
         "cli",
