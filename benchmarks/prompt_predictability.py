@@ -29,15 +29,15 @@ carries some. Per predictor and policy, pooled over the run's steps from ``--fir
   alike in size and noise): the share of GRPO's gradient groups the pruned step is worth.
 
 Rows: a uniform draw (q = 1 - r for every prompt: kept = effective = 1 - r); each ``--history
-DECAY:PRIOR`` (the history's ``--dppo.history_decay`` and ``--dppo.history_prior``; the project's
-score s = 1 - p^G - (1 - p)^G, p the discounted Beta posterior mean, or the reward std: see
-``--reward-kind``), with q proportional to s (the
-project's rule) and to sqrt(s) (the rule that minimises that variance for a fixed budget when s is the
-probability that the group carries gradient: minimise sum_j s_j / q_j subject to sum_j q_j = K) and,
-as the most that score can give, q proportional to sqrt(P) with P the share of gradient-carrying groups
-among the groups in the same decile of the score, fitted on the same run ("calibrated in-sample": an
-optimistic bound, since it uses the outcomes it is scored on); and the oracle (a score of 1 for the gradient-carrying groups, 0 for the others: q_min on those), the most
-any predictor can keep at that rate with the floor q_min. Mean ± sd (range) over the runs.
+DECAY:PRIOR`` (the history's ``--dppo.history_decay`` and ``--dppo.history_prior``; the project's score
+s = 1 - p^G - (1 - p)^G, p the discounted Beta posterior mean, or the reward std: see ``--reward-kind``)
+with q proportional to s (the project's rule) and to sqrt(s) (the rule that minimises that variance for
+a fixed budget when s is the probability that the group carries gradient: minimise sum_j s_j / q_j
+subject to sum_j q_j = K) and, as the most that score can give, q proportional to sqrt(P) with P the
+share of gradient-carrying groups among the groups in the same decile of the score, fitted on the same
+run ("calibrated in-sample": an optimistic bound, since it uses the outcomes it is scored on); and the
+oracle (a score of 1 for the gradient-carrying groups, 0 for the others: q_min on those), the most any
+predictor can keep at that rate with the floor q_min. Mean ± sd (min–max) over the runs.
 ``--reward-kind`` is the histories' ``--dppo.reward_kind``: auto (the default) takes the reward std as the
 score as soon as a reward outside {0, 1} is seen (countdown's 0.05 for a well-formed wrong answer), binary
 keeps the success-based score.
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import statistics
 import sys
 from pathlib import Path
 
@@ -60,6 +59,8 @@ from openrlhf_dppo import prompt_log  # noqa: E402
 from openrlhf_dppo import run_dir as R  # noqa: E402
 from openrlhf_dppo.core import PromptHistory, prompt_keep_probs  # noqa: E402
 from openrlhf_dppo.core.history import REWARD_KINDS  # noqa: E402
+from openrlhf_dppo.report.curves import Spread  # noqa: E402
+from openrlhf_dppo.report.tables import fmt_spread  # noqa: E402
 
 DEFAULT_HISTORIES = ("0.5:1", "0:1", "0.5:0.25", "0.9:1")
 Q_MIN = 0.1  # --dppo.q_min's default
@@ -93,18 +94,9 @@ def auc(pos: np.ndarray, neg: np.ndarray) -> float:
     """P(a positive's score > a negative's), ties a half (the Mann-Whitney statistic); nan if one is empty."""
     if pos.size == 0 or neg.size == 0:
         return float("nan")
-    both = np.concatenate([pos, neg])
-    order = np.argsort(both, kind="stable")
-    ranks = np.empty(both.size)
-    sorted_vals = both[order]
-    i = 0
-    while i < both.size:  # average ranks over ties
-        j = i
-        while j + 1 < both.size and sorted_vals[j + 1] == sorted_vals[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2.0 + 1.0
-        i = j + 1
-    return float((ranks[: pos.size].sum() - pos.size * (pos.size + 1) / 2.0) / (pos.size * neg.size))
+    neg = np.sort(neg)
+    below, not_above = np.searchsorted(neg, pos, "left"), np.searchsorted(neg, pos, "right")
+    return float((below + 0.5 * (not_above - below)).sum() / (pos.size * neg.size))
 
 
 class Tally:
@@ -134,8 +126,7 @@ def study_run(steps, histories, rates, first_step: int, reward_kind: str = "auto
     G = steps[0][1].shape[1]
     rows: dict[str, dict] = {}
     tallies: dict[tuple[str, float], Tally] = {}
-    scores_seen: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    per_step: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    per_step: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # each history's (scores, grad) a step
     hist = {
         f"history {d:g}:{a:g}": PromptHistory(decay=d, prior=a, reward_kind=reward_kind) for d, a in histories
     }
@@ -149,13 +140,11 @@ def study_run(steps, histories, rates, first_step: int, reward_kind: str = "auto
     for step, (index, rewards) in enumerate(steps, 1):
         grad = rewards.max(axis=1) != rewards.min(axis=1)
         if step >= first_step:
-            first_seen = None
             for name, h in hist.items():
-                s = h.score(torch.from_numpy(index), G).numpy()
-                seen = np.isfinite(s)
-                first_seen = seen if first_seen is None else first_seen
+                s = h.score(
+                    torch.from_numpy(index), G
+                ).numpy()  # +inf: never rolled out (alike in every history)
                 unseen = h.mean_seen_score(G)
-                scores_seen.setdefault(name, []).append((s[seen & grad], s[seen & ~grad]))
                 per_step.setdefault(name, []).append((s, grad))
                 tally(f"{name}, q ~ s", s, grad, unseen)
                 root = np.where(np.isfinite(s), np.sqrt(np.clip(s, 0.0, None)), np.inf)
@@ -163,24 +152,24 @@ def study_run(steps, histories, rates, first_step: int, reward_kind: str = "auto
             tally("uniform", np.ones(index.size), grad, None)
             tally("oracle", grad.astype(np.float64), grad, None)
             n_groups += index.size
-            n_seen += int(first_seen.sum())
+            n_seen += int(np.isfinite(s).sum())
             n_equal += int((~grad).sum())
         for h in hist.values():
             h.update(torch.from_numpy(index), torch.from_numpy(rewards), step)
     if n_groups == 0:
         raise ValueError(f"no step from --first-step {first_step} on (the run has {len(steps)})")
-    for name, seq in per_step.items():  # the score's best use: its calibrated probability, q ~ sqrt
-        calibrated = calibrate(np.concatenate([x for x, _ in seq]), np.concatenate([g for _, g in seq]))
+    aucs = {}
+    for name, seq in per_step.items():
+        score, carries = np.concatenate([x for x, _ in seq]), np.concatenate([g for _, g in seq])
+        seen = np.isfinite(score)
+        aucs[f"{name}, q ~ s"] = aucs[f"{name}, q ~ sqrt(s)"] = auc(
+            score[seen & carries], score[seen & ~carries]
+        )
+        calibrated = calibrate(score, carries)  # the score's best use: its calibrated probability, q ~ sqrt
         for s, grad in seq:
             tally(f"{name}, calibrated in-sample, q ~ sqrt(P)", np.sqrt(calibrated(s)), grad, None)
     for (name, r), t in tallies.items():
-        row = rows.setdefault(name, {"auc": float("nan")})
-        row[r] = t.result()
-    for name, parts in scores_seen.items():
-        pos = np.concatenate([p for p, _ in parts])
-        neg = np.concatenate([n for _, n in parts])
-        for policy in (", q ~ s", ", q ~ sqrt(s)"):
-            rows[name + policy]["auc"] = auc(pos, neg)
+        rows.setdefault(name, {"auc": aucs.get(name)})[r] = t.result()
     meta = {
         "steps": len(steps) - first_step + 1,
         "seen": n_seen / n_groups,
@@ -210,14 +199,9 @@ def calibrate(score: np.ndarray, grad: np.ndarray, bins: int = 10):
     return lambda x: np.maximum(rate[bin_of(x)], 1e-3)
 
 
-def spread(values: list[float], fmt: str = ".3f") -> str:
-    values = [v for v in values if v == v]
-    if not values:
-        return "—"
-    if len(values) == 1:
-        return format(values[0], fmt)
-    mean, sd = statistics.fmean(values), statistics.stdev(values)
-    return f"{mean:{fmt}} ± {sd:{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
+def spread(values: list[float | None], spec: str = ".3f") -> str:
+    """The report's "mean ± sd (min–max)" over the runs (None or nan: no value)."""
+    return fmt_spread(Spread.of(None if v is None or v != v else v for v in values), spec)
 
 
 def main(argv=None) -> dict:
