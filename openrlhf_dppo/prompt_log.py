@@ -6,8 +6,10 @@ the probability q it was rolled out with (1 where DPPO did not draw it: GRPO, dy
 replacements) and its RAW rewards (before any length penalty). ``benchmarks/prompt_predictability.py``
 replays GRPO runs' logs through the prompt history.
 
-A resumed run appends the steps it redoes again (the file is not cut back as metrics.jsonl is): ``read``
-takes the last line of each step, and only the steps metrics.jsonl has trained.
+A resumed run appends the steps it redoes again (the file is not cut back to the checkpoint as
+metrics.jsonl is): ``read`` takes the last line of each step, and only the steps metrics.jsonl has
+trained. A line cut short by a kill is cut off by the next ``append`` (``cut_partial_line``), so the
+resumed run's first line starts on a line of its own instead of being glued onto the fragment.
 """
 
 from __future__ import annotations
@@ -30,8 +32,35 @@ def append(
         raise ValueError(f"{len(index)} indices, {len(q)} keep probabilities and {len(rewards)} groups")
     line = {STEP: int(step), "index": [int(i) for i in index], "q": [float(x) for x in q],
             "rewards": [[float(r) for r in g] for g in rewards]}  # fmt: skip
-    with open(Path(run_dir) / PROMPT_LOG, "a", encoding="utf-8") as fh:
+    path = Path(run_dir) / PROMPT_LOG
+    cut_partial_line(path)
+    with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line) + "\n")
+
+
+def cut_partial_line(path: str | os.PathLike, chunk: int = 1 << 16) -> int:
+    """Cut ``path`` back to its last newline; returns the number of bytes cut (0: the file is missing,
+    empty or ends with a newline). Only a write that never finished leaves a file without a final
+    newline, and the line it left is an incomplete record of a step the resumed run redoes: dropped, not
+    ended with a newline (a broken line before others would make ``read`` raise)."""
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        return 0
+    with open(path, "rb+") as fh:
+        end = fh.seek(-1, os.SEEK_END) + 1
+        if fh.read(1) == b"\n":
+            return 0
+        pos = end
+        while pos > 0:  # back from the end, ``chunk`` bytes at a time, to just after the last newline
+            start = max(pos - chunk, 0)
+            fh.seek(start)
+            newline = fh.read(pos - start).rfind(b"\n")
+            if newline >= 0:
+                pos = start + newline + 1
+                break
+            pos = start
+        fh.truncate(pos)
+    return end - pos
 
 
 def read(run_dir: str | os.PathLike) -> list[dict]:
