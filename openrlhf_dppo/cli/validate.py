@@ -8,9 +8,10 @@ this order:
 1. DPPO's own flags (``DPPOConfig``, ``RunOptions``): the field's error names ``--dppo.<field>``.
 2. What DPPO needs from the rest of the command (only with DPPO on): vLLM engines, rewards on the
    rollouts (``--reward.remote_url`` or ``--train.agent_func_path``), a group advantage estimator, ...
-3. Budgets and sequence limits (both arms where the host needs them too), and the conditions OpenRLHF
-   0.11.2 asserts (``check_host_asserts``: in its validation, or later in ``train`` after Ray started),
-   so that they fail here with the flag's name instead of a bare AssertionError.
+3. The conditions OpenRLHF 0.11.2 asserts (``check_host_asserts``: in its validation, or later in
+   ``train`` after Ray started), so that they fail here with the flag's name instead of a bare
+   AssertionError; then budgets and sequence limits (both arms where the host needs them too), a
+   sequence against a micro-batch's capacity (``micro_batch_capacity``, the packer's).
 4. The inputs named on the command line exist (``check_inputs``; both arms): model, datasets, reward
    file or URL, agent file; and what ``cli.inputs`` checks on them (the reward or agent file imports and
    has OpenRLHF's function or class, a reward URL answers, the dataset's first record has the keys, the
@@ -69,8 +70,8 @@ def validate(flags: dict, check_inputs: bool = True):
         )
     if cfg.enable:
         check_dppo_requirements(flags, cfg)
+    check_host_asserts(flags)  # first: it refuses a ring or tensor-parallel size below 1 by name
     check_limits(flags, dppo=cfg.enable)
-    check_host_asserts(flags)
     if check_inputs:
         check_input_files(flags)
         check_output_dirs(flags)
@@ -174,14 +175,27 @@ def check_limits(flags: dict, dppo: bool) -> None:
         budget = flags[flag]
         if budget is not None and budget < 1:
             raise FlagError(f"--{flag}", f"{budget}: a token budget per GPU must be >= 1")
-    budget = flags["train.max_tokens_per_gpu"]
-    if dppo and max_len > budget:
+    budget, ring, tp = (
+        flags[f] for f in ("train.max_tokens_per_gpu", "ds.ring_attn_size", "ds.tensor_parallel_size")
+    )
+    capacity = micro_batch_capacity(budget, ring, tp)
+    if dppo and max_len > capacity:
         raise FlagError(
             "--data.max_len",
-            f"{max_len} exceeds --train.max_tokens_per_gpu {budget}: a rollout (prompt + response) can be "
+            f"{max_len} exceeds a micro-batch's {capacity} tokens (--train.max_tokens_per_gpu {budget} x "
+            f"--ds.ring_attn_size {ring} x --ds.tensor_parallel_size {tp}): a rollout (prompt + response) can be "
             "--data.max_len tokens long, and DPPO's packer never splits or truncates a sequence. Lower "
-            "--data.max_len (with --rollout.max_new_tokens) or raise --train.max_tokens_per_gpu.",
+            "--data.max_len (with --rollout.max_new_tokens), or raise --train.max_tokens_per_gpu or "
+            "--ds.ring_attn_size.",
         )
+
+
+def micro_batch_capacity(max_tokens_per_gpu: int, ring_attn_size: int, tensor_parallel_size: int) -> int:
+    """Tokens one packed training micro-batch holds: the per-GPU budget times the GPUs that share a
+    sequence (a ring-attention group splits it along its length, a DeepSpeed tensor-parallel group
+    computes it together). The capacity DPPO's packer packs under (``adapters.experience_maker``) and
+    OpenRLHF's dynamic batch (``get_minimum_num_micro_batch_size``) counts with."""
+    return max_tokens_per_gpu * ring_attn_size * tensor_parallel_size
 
 
 def check_host_asserts(flags: dict) -> None:
