@@ -38,13 +38,15 @@ NUM_SAMPLES = "rollout/num_samples"
 EVAL_PREFIX, PASS1_SUFFIX = "eval_", "_pass1"  # held-out accuracy: eval_<dataset>_pass1
 EVAL_NUM_SAMPLES = "eval_num_samples"  # eval lines: prompts x samples per prompt, all datasets
 
-# ---- accounting: generated = trained + pruned (+ filtered) ------------------------------------------
+# ---- accounting: generated = trained + pruned + filtered + untrained ---------------------------
 TOKENS_GENERATED, TOKENS_TRAINED, TOKENS_PRUNED = "tokens/generated", "tokens/trained", "tokens/pruned"
 SAMPLES_GENERATED, SAMPLES_TRAINED, SAMPLES_PRUNED = "samples/generated", "samples/trained", "samples/pruned"
 PROMPTS_DRAWN, PROMPTS_ROLLED_OUT, PROMPTS_PRUNED = "prompts/drawn", "prompts/rolled_out", "prompts/pruned"
 SAMPLES_FILTERED, TOKENS_FILTERED = "samples/filtered", "tokens/filtered"  # dynamic filtering dropped them
 SAMPLES_FILLERS = "samples/fillers"  # forwarded with weight 0, not counted as trained
 TOKENS_FILLERS = "tokens/fillers"
+# held by the actors and never trained: OpenRLHF's whole-train-batch rule (--dppo.short_batch drop)
+SAMPLES_UNTRAINED, TOKENS_UNTRAINED = "samples/untrained", "tokens/untrained"
 TOKEN_KEYS = (TOKENS_GENERATED, TOKENS_TRAINED, TOKENS_PRUNED)
 SAMPLE_KEYS = (SAMPLES_GENERATED, SAMPLES_TRAINED, SAMPLES_PRUNED)
 TOKENS_PER_SEC = "perf/tokens_per_sec"

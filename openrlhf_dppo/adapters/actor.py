@@ -35,11 +35,14 @@ import torch
 import torch.distributed as dist
 from openrlhf.trainer.ppo_utils.replay_buffer import NaiveReplayBuffer
 from openrlhf.trainer.ray import ppo_actor
+from openrlhf.utils.logging_utils import init_logger
 from openrlhf.utils.loss_utils import _get_dp_group
 
 from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters._ray import remote_like, swap_attr, unwrap_actor_class
-from openrlhf_dppo.adapters.dispatch import SAMPLE_WEIGHT, read_plan
+from openrlhf_dppo.adapters.dispatch import SAMPLE_WEIGHT, pop_short_batch_rule, read_plan
+
+logger = init_logger(__name__)
 
 
 class DPPOReplayBuffer(NaiveReplayBuffer):
@@ -58,9 +61,11 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
 
     def setup_dynamic_batch(self, strategy):
         plan = read_plan(self.items)
-        if plan is None:  # GRPO: the host's whole train batches, then what they leave as one more step
+        if plan is None:  # GRPO: OpenRLHF's whole train batches (and, under --dppo.short_batch train, ...)
+            train_short = pop_short_batch_rule(self.items)
             super().setup_dynamic_batch(strategy)
-            self._add_short_step(strategy)
+            if train_short and not self.dynamic_indices:  # ... a batch smaller than one of them as a step)
+                self._add_short_step(strategy)
             return
         self._check_equal_counts(strategy, len(plan.indices))
         self.dynamic_indices = plan.indices
@@ -70,48 +75,52 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
         self.dynamic_sample_loss_scale = plan.loss_scale
         self.sample_batch_size = 1
 
+    def untrained_counts(self) -> list[int]:
+        """[sequences, action tokens] this rank holds that no micro-batch trains (a zero-weight filler is
+        not counted: the experience maker counted it as pruned). 0 without dynamic batching, where a
+        partial micro-batch is refused before training (``DPPOActorTrainer._check_whole_micro_batches``)."""
+        if not self.dynamic_batch:
+            return [0, 0]
+        trained = {i for mb in self.dynamic_indices for i in mb}
+        rest = [it for i, it in enumerate(self.items) if i not in trained]
+        rest = [it for it in rest if it.info.get(SAMPLE_WEIGHT) is None or float(it.info[SAMPLE_WEIGHT]) != 0]
+        return [len(rest), sum(int(it.action_mask.sum()) for it in rest)]
+
     def _add_short_step(self, strategy) -> None:
-        """OpenRLHF's dynamic batching makes ``len(items) // local train batch`` optimizer steps and never
-        trains the rest of the buffer: all of an epoch's short last rollout batch when it is smaller than
-        a train batch (e.g. 2,000 prompts in batches of 128 leave 80), although it was generated and its
-        step counted by the LR schedule's length. That rest becomes one more optimizer step, split as the
-        host splits a step (its first-fit micro-batch count under the token budget, the largest over the
-        ranks, and its balanced partitions) and normalised as the host normalises one (the step's
-        sequences and action tokens over all ranks)."""
+        """``--dppo.short_batch train``, GRPO: a rollout batch smaller than one train batch (an epoch's
+        short last batch), for which OpenRLHF's dynamic batching makes no optimizer step, becomes one step,
+        split as the host splits a step (its first-fit micro-batch count under the token budget, the
+        largest over the ranks, and its balanced partitions) and normalised as the host normalises one
+        (the step's sequences and action tokens over all ranks). When some rank holds fewer rollouts than
+        the micro-batches every rank must run, the batch stays untrained (counted as untrained, with a
+        warning): a collective backward needs every rank."""
         from openrlhf.utils.seqlen_balancing import (
             get_minimum_num_micro_batch_size,
             get_seqlen_balanced_partitions,
         )
 
         args = strategy.args
-        start = sum(len(indices) for indices in self.dynamic_indices)  # the host's steps take a prefix
-        rest = list(range(start, len(self.items)))
-        lengths = [int(self.items[i].total_length.item()) for i in rest]
+        lengths = [int(it.total_length.item()) for it in self.items]
         budget = (args.train.max_tokens_per_gpu, args.ds.ring_attn_size, args.ds.tensor_parallel_size)
         needed = get_minimum_num_micro_batch_size(lengths, *budget) if lengths else 0
-        most, fewest, count = _reduce_max(strategy, [len(rest), -len(rest), needed])
-        fewest = -fewest
+        most, fewest, count = _reduce_max(strategy, [len(lengths), -len(lengths), needed])
         if most == 0:
             return
-        if fewest < count:
-            raise RuntimeError(
-                f"the rollouts left after the full train batches ({fewest} to {most} per data-parallel rank) "
-                f"cannot fill the {count} micro-batches every rank must run: make --rollout.batch_size x "
-                "--rollout.n_samples_per_prompt a multiple of the data-parallel size, or the prompt count a "
-                "multiple of --rollout.batch_size"
+        if -fewest < count:
+            logger.warning(
+                f"--dppo.short_batch train: the short batch ({-fewest} to {most} rollouts per data-parallel "
+                f"rank) cannot fill the {count} micro-batches every rank must run; it is not trained "
+                "(counted as samples|tokens/untrained)"
             )
-        partitions = [
-            [rest[k] for k in part] for part in get_seqlen_balanced_partitions(lengths, count, False)
-        ]
-        actions = [int(self.items[i].action_mask.sum()) for i in rest]
+            return
+        partitions = get_seqlen_balanced_partitions(lengths, count, False)
+        actions = [int(it.action_mask.sum()) for it in self.items]
         live, tokens = _reduce_sum(strategy, [sum(a > 0 for a in actions), sum(actions)])
-        self.dynamic_indices = self.dynamic_indices + partitions
-        self.dynamic_sample_loss_scale = self.dynamic_sample_loss_scale + [
-            len(p) / len(rest) for p in partitions
-        ]
-        self.dynamic_batch_num_tokens = self.dynamic_batch_num_tokens + [float(tokens)] * count
-        self.dynamic_global_batch_size = self.dynamic_global_batch_size + [float(live)] * count
-        self.dynamic_optimizer_step = self.dynamic_optimizer_step + [0] * (count - 1) + [1]
+        self.dynamic_indices = [list(p) for p in partitions]
+        self.dynamic_sample_loss_scale = [len(p) / len(lengths) for p in partitions]
+        self.dynamic_batch_num_tokens = [float(tokens)] * count
+        self.dynamic_global_batch_size = [float(live)] * count
+        self.dynamic_optimizer_step = [0] * (count - 1) + [1]
         self.sample_batch_size = 1
 
     @staticmethod
@@ -126,7 +135,9 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
 
 
 def _all_reduce(strategy, t: torch.Tensor, op) -> torch.Tensor:
-    """``t`` reduced over the data-parallel ranks, on the CPU (unchanged without a process group)."""
+    """``t`` (a CPU tensor) reduced over the data-parallel ranks, returned on the CPU (unchanged without a
+    process group). The collective runs on the current CUDA device where there is one (NCCL), else on
+    the CPU (gloo)."""
     if not (dist.is_available() and dist.is_initialized()):
         return t
     device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
@@ -144,22 +155,33 @@ def _reduce_sum(strategy, values: list[int]) -> list[int]:
 
 
 def micro_batch_counts(experience) -> torch.Tensor:
-    """(4,) float64: sequences and action tokens with a non-zero weight (trained), then with weight 0
-    (fillers: forwarded, no gradient). A micro-batch without weights (GRPO) trains everything."""
-    tokens = experience.action_mask.reshape(experience.action_mask.shape[0], -1).sum(-1).double()
+    """(4,) float64 on the device of ``experience.action_mask`` (CUDA on a GPU rank: OpenRLHF's
+    ``ppo_train`` moves each micro-batch there first): sequences and action tokens with a non-zero weight
+    (trained), then with weight 0 (fillers: forwarded, no gradient). A micro-batch without weights (GRPO)
+    trains everything. Every tensor of the count lives on that one device."""
+    mask = experience.action_mask
+    tokens = mask.reshape(mask.shape[0], -1).sum(-1).to(torch.float64)
     weights = _sequence_weights(experience)
-    live = torch.ones_like(tokens, dtype=torch.bool) if weights is None else weights.cpu() != 0
-    return torch.stack([live.sum().double(), tokens[live].sum(), (~live).sum().double(), tokens[~live].sum()])
+    live = torch.ones_like(tokens, dtype=torch.bool) if weights is None else weights.to(tokens.device) != 0
+    dead = ~live
+    return torch.stack([live.sum().to(tokens), tokens[live].sum(), dead.sum().to(tokens), tokens[dead].sum()])
 
 
 COUNT_KEYS = (rd.SAMPLES_TRAINED, rd.TOKENS_TRAINED, rd.SAMPLES_FILLERS, rd.TOKENS_FILLERS)
+UNTRAINED_KEYS = (rd.SAMPLES_UNTRAINED, rd.TOKENS_UNTRAINED)
 
 
-def step_counts(counts: torch.Tensor, epochs: int, strategy) -> dict:
-    """The step's ``COUNT_KEYS`` from this rank's summed ``micro_batch_counts`` (4,): per PPO epoch
-    (every epoch visits every micro-batch once), summed over the data-parallel ranks."""
-    counts = _all_reduce(strategy, counts.to(torch.float64) / epochs, dist.ReduceOp.SUM)
-    return dict(zip(COUNT_KEYS, counts.tolist()))
+def step_counts(counts: torch.Tensor | None, untrained: list[int], epochs: int, strategy) -> dict:
+    """The step's ``COUNT_KEYS`` from this rank's summed ``micro_batch_counts`` (4,) (None: no micro-batch
+    ran), per PPO epoch (every epoch visits every micro-batch once), and ``UNTRAINED_KEYS`` from
+    ``DPPOReplayBuffer.untrained_counts``, both summed over the data-parallel ranks (on the CPU)."""
+    if counts is None:
+        counts = torch.zeros(4, dtype=torch.float64)
+    rank = torch.cat(
+        [counts.detach().cpu().to(torch.float64) / epochs, torch.tensor(untrained, dtype=torch.float64)]
+    )
+    total = _all_reduce(strategy, rank, dist.ReduceOp.SUM).tolist()
+    return dict(zip(COUNT_KEYS + UNTRAINED_KEYS, total))
 
 
 def _sequence_weights(experience) -> torch.Tensor | None:
@@ -187,7 +209,8 @@ def weighted_aux_losses(weights: torch.Tensor):
 class DPPOActorTrainer(ppo_actor.ActorPPOTrainer):
     """ActorPPOTrainer with the DPPO replay buffer and weighted KL-in-loss / entropy terms."""
 
-    _counts = torch.zeros(4, dtype=torch.float64)  # micro_batch_counts summed since ppo_train began
+    # micro_batch_counts summed since ppo_train began, on the micro-batches' device (None before the first)
+    _counts: torch.Tensor | None = None
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -197,9 +220,10 @@ class DPPOActorTrainer(ppo_actor.ActorPPOTrainer):
     def ppo_train(self, kl_ctl: float):
         if not self.args.train.dynamic_batch_enable:
             self._check_whole_micro_batches()
-        self._counts = torch.zeros(4, dtype=torch.float64)
+        self._counts = None
         status = super().ppo_train(kl_ctl)
-        status.update(step_counts(self._counts, self.max_epochs, self.strategy))
+        untrained = self.replay_buffer.untrained_counts()
+        status.update(step_counts(self._counts, untrained, self.max_epochs, self.strategy))
         return status
 
     def _check_whole_micro_batches(self) -> None:
@@ -216,7 +240,8 @@ class DPPOActorTrainer(ppo_actor.ActorPPOTrainer):
             )
 
     def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
-        self._counts = self._counts + micro_batch_counts(experience)
+        counts = micro_batch_counts(experience)
+        self._counts = counts if self._counts is None else self._counts + counts
         weights = _sequence_weights(experience)
         if weights is None:
             return super().training_step(experience, kl_ctl, step, loss_batch_info)

@@ -38,6 +38,8 @@ PLAN_TOKENS = "_dppo_norm_tokens"  # batch_num_tokens of the step
 PLAN_SEQS = "_dppo_norm_seqs"  # global_batch_size of the step
 PLAN_SCALE = "_dppo_loss_scale"  # share of the rank's step items in this micro-batch (aux loss)
 PLAN_KEYS = (PLAN_MB, PLAN_STEP_END, PLAN_TOKENS, PLAN_SEQS, PLAN_SCALE)
+UNTRAINED_MB = -1  # PLAN_MB of an item no optimizer step trains (a draw that makes no step)
+SHORT_BATCH_TRAIN = "_dppo_short_batch_train"  # GRPO items: 1.0 under --dppo.short_batch train
 SAMPLE_WEIGHT = K.SAMPLE_WEIGHT  # w_j * v_ji per sequence; weights KL-in-loss / entropy
 
 
@@ -56,9 +58,31 @@ class DispatchPlan:
         return [make_experience_batch(items) for items in self.rank_items]
 
 
-def num_optimizer_steps(rollout_batch_size: int, n_samples: int, train_batch_size: int) -> int:
-    """The optimizer steps GRPO takes per rollout batch in OpenRLHF's dynamic-batch mode (>= 1)."""
-    return max(1, rollout_batch_size * n_samples // train_batch_size)
+def num_optimizer_steps(
+    rollout_batch_size: int, n_samples: int, train_batch_size: int, drawn: int | None = None,
+    train_short: bool = False,
+) -> int:  # fmt: skip
+    """The optimizer steps GRPO takes for a rollout batch in OpenRLHF's dynamic-batch mode: its whole
+    train batches, ``min(B, drawn) * G // train_batch_size`` (``drawn``: the prompts drawn, default B);
+    0 for a batch smaller than one train batch (an epoch's short last batch), unless ``train_short``
+    (``--dppo.short_batch train``), which makes it 1."""
+    prompts = rollout_batch_size if drawn is None else min(rollout_batch_size, drawn)
+    steps = prompts * n_samples // train_batch_size
+    return max(1, steps) if train_short else steps
+
+
+def mark_short_batch_rule(items: list[Experience], train_short: bool) -> None:
+    """GRPO's (batched) experiences carry ``--dppo.short_batch train`` to the actors' replay buffer, one
+    value per sequence as ``Experience.info`` holds them (in place; nothing is added under ``drop``)."""
+    if train_short:
+        for it in items:
+            it.info[SHORT_BATCH_TRAIN] = torch.ones(len(it.sequences))
+
+
+def pop_short_batch_rule(items: list[Experience]) -> bool:
+    """True when the items were marked by ``mark_short_batch_rule(..., True)``; the key is removed."""
+    marks = [it.info.pop(SHORT_BATCH_TRAIN, None) is not None for it in items]
+    return any(marks)
 
 
 def _zero_filler(item: Experience) -> Experience:
@@ -102,6 +126,8 @@ def build_dispatch(
     """
     if not items:
         raise ValueError("nothing to dispatch: the kept set is empty")
+    if num_steps == 0:
+        return _untrained_plan(items, dp_size)
     steps = max(1, min(num_steps, len(items) // dp_size))
     chunks = np.array_split(np.arange(len(items)), steps)
     rank_items: list[list[Experience]] = [[] for _ in range(dp_size)]
@@ -144,6 +170,16 @@ def build_dispatch(
     return DispatchPlan(rank_items, steps, per_rank, fillers, metrics)
 
 
+def _untrained_plan(items: list[Experience], dp_size: int) -> DispatchPlan:
+    """A draw that makes no optimizer step: its items go to the ranks in turn, marked untrained (the
+    actors count them as ``samples|tokens/untrained``); zero normalisers, no micro-batch."""
+    rank_items: list[list[Experience]] = [[] for _ in range(dp_size)]
+    for i, it in enumerate(items):
+        rank_items[i % dp_size].append(_with_plan(it, UNTRAINED_MB, False, 0.0, 0.0, 0.0))
+    metrics = {K.PACK_MICRO_BATCHES: 0.0, K.OPTIMIZER_STEPS: 0.0}
+    return DispatchPlan(rank_items, 0, 0, 0, metrics)
+
+
 @dataclass
 class ReadPlan:
     """What a rank's replay buffer needs: micro-batch index lists and per-micro-batch settings."""
@@ -170,6 +206,8 @@ def read_plan(items: list[Experience]) -> ReadPlan | None:
     for idx, it in enumerate(items):
         vals = [float(torch.as_tensor(it.info.pop(key)).reshape(-1)[0]) for key in PLAN_KEYS]
         mb = int(vals[0])
+        if mb == UNTRAINED_MB:
+            continue
         order.setdefault(mb, []).append(idx)
         settings[mb] = tuple(vals[1:])
     mbs = sorted(order)

@@ -38,12 +38,17 @@ from __future__ import annotations
 
 import torch
 from openrlhf.models.utils import compute_reward
-from openrlhf.trainer.ppo_utils.experience import split_experience_batch
+from openrlhf.trainer.ppo_utils.experience import Experience, split_experience_batch
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from openrlhf_dppo import run_dir as rd
-from openrlhf_dppo.adapters.dispatch import SAMPLE_WEIGHT, build_dispatch, num_optimizer_steps
+from openrlhf_dppo.adapters.dispatch import (
+    SAMPLE_WEIGHT,
+    build_dispatch,
+    mark_short_batch_rule,
+    num_optimizer_steps,
+)
 from openrlhf_dppo.adapters.samples_generator import response_tokens
 from openrlhf_dppo.adapters.step import PlannedExperiences, PromptDraw, StepContext
 from openrlhf_dppo.core import (
@@ -163,12 +168,15 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
 
         train_ids = sorted(kept + fillers)
         kept_samples = [rollout_samples[i] for i in train_ids]
-        experiences = self.make_experience(self.split_rollout_samples(kept_samples))
+        experiences = self.make_experience(self._forward_batches(kept_samples, dp))
         self._set_advantages(experiences, adv_flat[train_ids], weights[train_ids], rewards, train_ids)
 
         items = self._single_items(experiences)
         capacity = args.train.max_tokens_per_gpu * args.ds.ring_attn_size * args.ds.tensor_parallel_size
-        steps = num_optimizer_steps(args.rollout.batch_size, G, args.train.batch_size)
+        drawn = ctx.draw.drawn if ctx.draw is not None else len(draws)
+        steps = num_optimizer_steps(
+            args.rollout.batch_size, G, args.train.batch_size, drawn, self.dppo.short_batch == "train"
+        )
         plan = build_dispatch(
             items, dp, capacity, steps, z_tok, z_seq, packer=self.dppo.packer, window=self.dppo.pack_window
         )
@@ -177,6 +185,20 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         pruned = (~mask).nonzero().flatten().tolist()  # counted where the mask is drawn
         ctx.add({rd.SAMPLES_PRUNED: len(pruned), rd.TOKENS_PRUNED: sum(tokens[i] for i in pruned)})
         return PlannedExperiences(experiences, plan)
+
+    def _forward_batches(self, samples, dp: int):
+        """The kept samples cut into the actor / reference forward batches (OpenRLHF's
+        ``split_rollout_samples`` contract: ``sample.index`` set, a multiple of ``dp`` concatenated
+        batches), each within ``--rollout.max_tokens_per_gpu`` x ring x TP (``forward_partitions``)."""
+        if not self.args.train.dynamic_batch_enable:
+            return self.split_rollout_samples(samples)
+        for i, sample in enumerate(samples):
+            sample.index = [i]
+        args = self.args
+        budget = (args.rollout.max_tokens_per_gpu, args.ds.ring_attn_size, args.ds.tensor_parallel_size)
+        parts = forward_partitions([int(s.total_length.item()) for s in samples], budget, dp)
+        pad = self.tokenizer.pad_token_id
+        return [Experience.concat_experiences([samples[i] for i in part], pad) for part in parts]
 
     # ---- 5-6: advantages, normalisers ------------------------------------------------------------
     def _normalizers(self, ctx: StepContext, tokens: list[int], q: torch.Tensor) -> tuple[float, float]:
@@ -235,6 +257,30 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         return items
 
 
+def forward_partitions(lengths: list[int], budget: tuple[int, int, int], dp: int) -> list[list[int]]:
+    """Index lists of the experience-side forward batches: a multiple of ``dp`` of them, each holding at
+    most ``budget[0] * budget[1] * budget[2]`` tokens (OpenRLHF's per-GPU budget x ring x TP).
+
+    OpenRLHF's ``split_rollout_samples`` rounds the first-fit batch count DOWN to a multiple of the
+    data-parallel size, so a batch can hold up to about twice the budget (first fit 2 dp - 1 -> dp
+    batches); at 32k tokens and a 152k vocabulary that is tens of GB of fp32 logits. Here the count is
+    rounded UP and raised by ``dp`` until the balanced partitions fit (each length <= the budget, which
+    ``cli.validate`` checks, so one sequence a batch always fits)."""
+    from openrlhf.utils.seqlen_balancing import (
+        get_minimum_num_micro_batch_size,
+        get_seqlen_balanced_partitions,
+    )
+
+    capacity = budget[0] * budget[1] * budget[2]
+    need = get_minimum_num_micro_batch_size(lengths, *budget)
+    k = max(dp, -(-need // dp) * dp)
+    while True:
+        parts = get_seqlen_balanced_partitions(lengths, k, False)
+        if max(sum(lengths[i] for i in p) for p in parts) <= capacity or k + dp > len(lengths):
+            return [sorted(p) for p in parts]
+        k += dp
+
+
 class CountingExperienceMaker(RemoteExperienceMaker):
     """GRPO: OpenRLHF's experience maker; nothing is pruned (the actors count what they train).
 
@@ -254,8 +300,13 @@ class CountingExperienceMaker(RemoteExperienceMaker):
             e.info["return"] = e.info["return"].to(dtype)
         return experiences
 
+    def __init__(self, *args, short_batch: str = "drop", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.short_batch = short_batch
+
     @torch.no_grad()
     def make_experience_batch(self, rollout_samples):
         experiences = super().make_experience_batch(rollout_samples)
+        mark_short_batch_rule(experiences, self.short_batch == "train")  # read by the actors' buffer
         rollout_samples.ctx.add({rd.SAMPLES_PRUNED: 0, rd.TOKENS_PRUNED: 0})
         return experiences

@@ -61,18 +61,31 @@ class AccountingError(RuntimeError):
 
 
 def check_accounting(status: dict) -> None:
-    """Each unit's generated count must equal trained + pruned + filtered (four independent counts)."""
+    """Each unit's generated count must equal trained + pruned + filtered + untrained (five counts, each
+    taken where it happens: generated and filtered by the samples generator, pruned by the experience
+    maker's mask, trained and untrained by the actors from their micro-batches and replay buffers)."""
+    parts_of = ("trained", "pruned", "filtered", "untrained")
     for unit in ("tokens", "samples"):
-        counts = {k: status.get(f"{unit}/{k}") for k in ("generated", "trained", "pruned", "filtered")}
+        counts = {k: status.get(f"{unit}/{k}") for k in ("generated", *parts_of)}
         missing = [k for k, v in counts.items() if v is None]
         if missing:
             raise AccountingError(f"{unit}: no count of {', '.join(missing)} for this step")
-        parts = {k: v for k, v in counts.items() if v is not None}  # all four, as checked above
-        if parts["generated"] != parts["trained"] + parts["pruned"] + parts["filtered"]:
+        parts = {k: v for k, v in counts.items() if v is not None}  # all five, as checked above
+        if parts["generated"] != sum(parts[k] for k in parts_of):
             raise AccountingError(
-                f"{unit}: generated {parts['generated']} != trained {parts['trained']} + pruned "
-                f"{parts['pruned']} + filtered {parts['filtered']}"
+                f"{unit}: generated {parts['generated']} != "
+                + " + ".join(f"{k} {parts[k]}" for k in parts_of)
             )
+
+
+def short_batch_steps(args, prompts: int, rule: str) -> int:
+    """The optimizer steps ``--dppo.short_batch train`` adds to OpenRLHF's count (``len(prompts) x G //
+    train batch`` per episode and PPO epoch): one per episode whose short last rollout batch is smaller
+    than one train batch (OpenRLHF makes no step of it); 0 under ``drop``."""
+    rest = prompts % args.rollout.batch_size
+    if rule != "train" or rest == 0 or rest * args.rollout.n_samples_per_prompt >= args.train.batch_size:
+        return 0
+    return args.train.num_episodes * args.train.max_epochs
 
 
 def scheduler_steps(args, host_steps: int, step_limit: int | None, span: int | None = None) -> int:
@@ -168,13 +181,16 @@ class _DPPOTrainer(_PPOTrainerBase):
         if dppo.enable:
             self.experience_maker = DPPOExperienceMaker(*maker_args, dppo=dppo, history=self.history)
         else:
-            self.experience_maker = CountingExperienceMaker(*maker_args)
-        self.max_steps: int = scheduler_steps(args, self.max_steps, self.step_limit, run.schedule_steps)
+            self.experience_maker = CountingExperienceMaker(*maker_args, short_batch=dppo.short_batch)
+        host_steps = self.max_steps + short_batch_steps(
+            args, len(self.prompts_dataloader.dataset), dppo.short_batch
+        )
+        self.max_steps: int = scheduler_steps(args, host_steps, self.step_limit, run.schedule_steps)
         run_path = run.run_dir or args.ckpt.output_dir
         shown_max = self.step_limit if self.step_limit is not None else self.max_steps
         self.run_dir = RunDir(os.path.abspath(run_path), max_steps=shown_max)
         # the CPU, its bf16 support and the precision: every timing depends on them
-        machine = precision.machine(args.ds.param_dtype)
+        machine = precision.machine(args.ds.param_dtype, run.device)
         self.run_dir.write_config(
             args, dppo, "dppo" if dppo.enable else "grpo", run.argv, run.start_time, machine=machine
         )

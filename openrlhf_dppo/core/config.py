@@ -22,6 +22,7 @@ from openrlhf_dppo.core.sampling import SAMPLING_DESIGNS
 from openrlhf_dppo.core.weights import TOKEN_NORMALIZERS
 
 PROMPT_BATCH_MODES = ("shrink", "refill")
+SHORT_BATCH_RULES = ("drop", "train")
 UNSEEN_PROMPT_RULES = ("keep", "mean")
 
 
@@ -162,6 +163,15 @@ class DPPOConfig:
         "true: append each step's rolled-out groups (dataset index, keep probability q, raw rewards) to "
         "prompts.jsonl in the run directory, DPPO on or off: the data of benchmarks/prompt_predictability.py, "
         "which measures how well a prompt's history predicts its groups without gradient",
+    )
+
+    short_batch: str = option(
+        "drop",
+        "a rollout batch trains as many optimizer steps as it holds whole --train.batch_size batches, in both "
+        "arms; drop (OpenRLHF's rule): an epoch's short last batch smaller than one train batch, and what "
+        "whole train batches leave, are not trained (counted as samples|tokens/untrained); train: a rollout "
+        "batch smaller than one train batch trains as one optimizer step (and the LR schedule counts it)",
+        choices=SHORT_BATCH_RULES,
     )
 
     def __post_init__(self) -> None:

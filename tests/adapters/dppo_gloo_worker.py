@@ -108,7 +108,7 @@ def run_grpo(rank, world, port, payload, out_dir):
             "seen": sorted(seen),
             "held": len(buffer.items),
             "loss": float(total) / world,
-            "counts": step_counts(counts, 1, strategy),
+            "counts": step_counts(counts, getattr(buffer, "untrained_counts", lambda: [0, 0])(), 1, strategy),
         }
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()

@@ -152,15 +152,17 @@ class AppendGroup:
     def async_run_method(self, method_name, **kwargs):
         if method_name != "fit":
             return [None]
-        per_rank, counts = [], torch.zeros(4, dtype=torch.float64)
+        per_rank, counts, untrained = [], torch.zeros(4, dtype=torch.float64), [0, 0]
         for buffer in self.buffers:
             buffer.setup_dynamic_batch(SimpleNamespace(args=self.args))
             per_rank.append(len(buffer))
             for m in range(len(buffer)):
                 counts += micro_batch_counts(buffer.collate_fn([buffer[m]]))
+            untrained = [a + b for a, b in zip(untrained, buffer.untrained_counts())]
             buffer.clear()
         assert len(set(per_rank)) == 1
-        return [{"policy_loss": 0.0, "micro_batches": float(per_rank[0]), **step_counts(counts, 1, None)}]
+        counted = step_counts(counts, untrained, 1, None)
+        return [{"policy_loss": 0.0, "micro_batches": float(per_rank[0]), **counted}]
 
 
 class HostAppendGroup:
@@ -184,7 +186,7 @@ class HostAppendGroup:
             return [None]
         counts = sum((micro_batch_counts(e) for e in self.appended[self.fitted :]), torch.zeros(4))
         self.fitted = len(self.appended)
-        return [{"policy_loss": 0.5, **step_counts(counts, 1, None)}]
+        return [{"policy_loss": 0.5, **step_counts(counts, [0, 0], 1, None)}]  # every append is trained
 
 
 def controller(tmp_path, cfg, extra=(), dp=1, batch=6, n_prompts=24, reward=solved_every_4th):

@@ -65,7 +65,7 @@ def trainer_and_batch(cls):
     t.actor_loss_fn = PolicyLoss()
     t.aux_loss, t.ema_model, t.actor_optim = False, None, None
     t.actor_scheduler = SimpleNamespace(get_last_lr=lambda: [1e-6])
-    t.replay_buffer = SimpleNamespace(dynamic_optimizer_step=[1])
+    t.replay_buffer = SimpleNamespace(dynamic_optimizer_step=[1], untrained_counts=lambda: [0, 0])
     info = {"dp_size": 1, "batch_num_tokens": torch.tensor(40.0), "global_batch_size": torch.tensor(6.0)}
     return t, exp, adv, weights, info
 
@@ -133,6 +133,7 @@ def test_ppo_train_reports_the_trained_and_filler_counts_of_its_micro_batches(mo
         return {"policy_loss": 0.1}
 
     monkeypatch.setattr(ppo_actor.ActorPPOTrainer, "ppo_train", two_epochs)
+    t.replay_buffer.untrained_counts = lambda: [2, 7]  # what the buffer held and no micro-batch trained
     tokens = exp.action_mask.sum(-1).tolist()  # [5, 3, 5, 5]
     status = t.ppo_train(0.05)
     assert status == {
@@ -141,6 +142,8 @@ def test_ppo_train_reports_the_trained_and_filler_counts_of_its_micro_batches(mo
         "tokens/trained": float(tokens[0] + tokens[2] + tokens[3]),
         "samples/fillers": 1.0,
         "tokens/fillers": float(tokens[1]),
+        "samples/untrained": 2.0,
+        "tokens/untrained": 7.0,
     }
     assert t.ppo_train(0.05)["samples/trained"] == 3.0  # counts start again at every ppo_train
 

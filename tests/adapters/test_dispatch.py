@@ -172,50 +172,65 @@ def test_two_gloo_ranks_run_equal_micro_batch_counts_and_the_full_batch_loss(tmp
 
 
 @pytest.mark.parametrize(
-    "train_batch, host_steps",
-    [(32, 0), (8, 2)],  # a train batch larger than the short batch; whole train batches and a rest
-    ids=["shorter-than-a-train-batch", "a-rest-after-whole-train-batches"],
+    "rule, n_prompts, dp, train_batch, host_steps, ours_steps",
+    [
+        ("drop", 5, 2, 32, 0, 0),  # a short batch smaller than a train batch: OpenRLHF trains none of it
+        ("drop", 6, 2, 16, 1, 1),  # a full rollout batch of 6 x 4 with a rest: one step, as OpenRLHF
+        ("drop", 5, 3, 18, 1, 1),  # dp 3, 20 rollouts (7, 7, 6 per rank): OpenRLHF's step, no error
+        ("train", 5, 2, 32, 0, 1),  # --dppo.short_batch train: that short batch is one step
+        ("train", 6, 2, 16, 1, 1),  # ... and only that: a rest after whole train batches is no extra step
+    ],
+    ids=lambda v: str(v),
 )
-def test_grpo_trains_the_epochs_short_last_batch_on_two_gloo_ranks(tmp_path, train_batch, host_steps):
-    """GRPO (no plan): a rollout batch of 5 prompts where a step holds 8 (an epoch's last, short batch).
-    OpenRLHF's buffer makes whole train batches only and leaves the rest untrained; the DPPO buffer
-    trains the rest as one more optimizer step on both ranks, counted by its micro-batches, with the
-    host's normalisers: the summed loss is the full-batch token-mean loss of the rest."""
+def test_grpo_takes_openrlhfs_optimizer_steps_and_counts_the_rest_untrained_on_gloo_ranks(
+    tmp_path, rule, n_prompts, dp, train_batch, host_steps, ours_steps
+):
+    """GRPO (no plan) through the DPPO buffer and OpenRLHF's on ``dp`` gloo ranks: a rollout batch of
+    ``n_prompts`` x 4 where the recipe's batch holds 8 (6 x 4 is the full batch of the issue's first case).
+    Under ``drop`` the DPPO buffer makes OpenRLHF's steps with OpenRLHF's micro-batches; what they leave
+    is counted as untrained, so trained + untrained is every rollout. Under ``train`` a batch smaller than
+    one train batch becomes one step of all its rollouts with the host's normalisers (the summed loss is
+    the token-mean loss of the batch); a rest after whole train batches stays untrained."""
     import dppo_gloo_worker
     from openrlhf.trainer.ppo_utils.experience import balance_experiences
 
     from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker
 
-    args = make_args(base_argv(dp=2, batch=8, train_batch=train_batch))
+    batch = max(n_prompts, 8) if n_prompts != 6 else 6
+    args = make_args(base_argv(dp=dp, batch=batch, train_batch=train_batch))
     G = args.rollout.n_samples_per_prompt
     maker = CountingExperienceMaker(StandInGroup(ACTOR, 1), None, None, None, FixedKLController(0.0),
-                                    SimpleNamespace(args=args), StandInTokenizer())  # fmt: skip
-    experiences, ctx = make(maker, tag(rollout_batch(5, G, seed=3, binary=False), G))
+                                    SimpleNamespace(args=args), StandInTokenizer(), short_batch=rule)  # fmt: skip
+    experiences, ctx = make(maker, tag(rollout_batch(n_prompts, G, seed=3, binary=False), G))
     assert "samples/trained" not in ctx.metrics and ctx.metrics["samples/pruned"] == 0  # the actors count
     ranks = balance_experiences(experiences, args)
     items = [it for e in ranks for it in split_experience_batch(e)]
+    n = len(items)
     theta = 0.25
     payload = tmp_path / "grpo.pt"
     torch.save({"ranks": ranks, "args": args, "theta": theta}, payload)
     mp.spawn(
-        dppo_gloo_worker.run_grpo, args=(2, _free_port(), str(payload), str(tmp_path)), nprocs=2, join=True
+        dppo_gloo_worker.run_grpo, args=(dp, _free_port(), str(payload), str(tmp_path)), nprocs=dp, join=True
     )
-    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(dp)]
     tokens = float(sum(int(it.action_mask.sum()) for it in items))
-    local_batch = train_batch // 2
     for r, res in enumerate(results):
         host, ours = res["host"], res["dppo"]
-        assert host["held"] == ours["held"] == 10, r  # 5 x 4 rollouts over two ranks
-        assert host["optimizer_steps"] == host_steps and len(host["seen"]) == host_steps * local_batch, r
-        assert host["counts"]["samples/trained"] == 2 * host_steps * local_batch < 20, r  # the host's loss
-        assert ours["optimizer_steps"] == host_steps + 1, r
-        assert ours["seen"] == list(range(10)), r  # every rollout of the rank, once
-        assert ours["counts"]["samples/trained"] == 20 and ours["counts"]["tokens/trained"] == tokens, r
-        assert ours["loss_scales"] == pytest.approx(host_steps + 1), r  # each step's scales sum to 1
+        assert ours["held"] == host["held"], r
+        assert host["optimizer_steps"] == host_steps, r
+        assert ours["optimizer_steps"] == ours_steps, r
+        trained = ours["counts"]["samples/trained"]
+        assert trained + ours["counts"]["samples/untrained"] == n, r  # every rollout, counted once
+        assert ours["counts"]["tokens/trained"] + ours["counts"]["tokens/untrained"] == tokens, r
+        if ours_steps == host_steps:  # OpenRLHF's micro-batches, normalisers and loss, exactly
+            assert ours["seen"] == host["seen"] and ours["num_tokens"] == host["num_tokens"], r
+            assert ours["num_seqs"] == host["num_seqs"] and ours["loss"] == host["loss"], r
+            assert trained == sum(len(x["dppo"]["seen"]) for x in results), r
         assert ours["micro_batches"] == results[0]["dppo"]["micro_batches"], r  # equal counts
-    if host_steps == 0:  # one step of all 20: the host's normalisers of a whole batch
+    if ours_steps != host_steps:  # one step of all n rollouts: the host's normalisers of a whole batch
         assert results[0]["dppo"]["num_tokens"] == [tokens] * results[0]["dppo"]["micro_batches"]
-        assert results[0]["dppo"]["num_seqs"] == [20.0] * results[0]["dppo"]["micro_batches"]
+        assert results[0]["dppo"]["num_seqs"] == [float(n)] * results[0]["dppo"]["micro_batches"]
+        assert results[0]["dppo"]["counts"]["samples/untrained"] == 0
         expected = float(loss_of(make_experience_batch(items), tokens, theta))
         for res in results:
             assert res["dppo"]["loss"] == pytest.approx(expected, rel=1e-6), (res["dppo"]["loss"], expected)

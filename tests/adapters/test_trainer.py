@@ -74,15 +74,20 @@ def test_history_round_trips_through_the_checkpoint_hooks_and_metrics_are_writte
 
 
 def test_accounting_check_raises_on_a_mismatch_or_a_missing_count():
-    ok = {"tokens/generated": 10.0, "tokens/trained": 5.0, "tokens/pruned": 3.0, "tokens/filtered": 2.0}
+    ok = {"tokens/generated": 12.0, "tokens/trained": 5.0, "tokens/pruned": 3.0, "tokens/filtered": 2.0}
     ok.update(
-        {"samples/generated": 4.0, "samples/trained": 2.0, "samples/pruned": 1.0, "samples/filtered": 1.0}
+        {"samples/generated": 5.0, "samples/trained": 2.0, "samples/pruned": 1.0, "samples/filtered": 1.0}
     )
+    ok.update({"tokens/untrained": 2.0, "samples/untrained": 1.0})  # held by the actors, never trained
     check_accounting(ok)
-    with pytest.raises(AccountingError, match=r"tokens: generated 10.0 != trained 5.0 \+ pruned 2.0"):
+    with pytest.raises(AccountingError, match=r"tokens: generated 12.0 != trained 5.0 \+ pruned 2.0"):
         check_accounting({**ok, "tokens/pruned": 2.0})
     with pytest.raises(AccountingError, match="samples: no count of trained"):
         check_accounting({k: v for k, v in ok.items() if k != "samples/trained"})
+    with pytest.raises(AccountingError, match="samples: no count of untrained"):
+        check_accounting({k: v for k, v in ok.items() if k != "samples/untrained"})
+    with pytest.raises(AccountingError, match=r"samples: generated 5.0 != .* untrained 0.0"):
+        check_accounting({**ok, "samples/untrained": 0.0})
 
 
 def test_a_resumed_run_reports_the_restored_step_from_its_first_status_never_step_0(tmp_path, monkeypatch):
@@ -174,7 +179,8 @@ def test_a_broken_count_stops_the_step(tmp_path, monkeypatch):
 def test_fillers_are_counted_on_their_own_and_not_as_trained(tmp_path):
     # 2 ranks and a keep rate that leaves fewer kept completions than ranks now and then: top-ups
     cfg = DPPOConfig(completion_prune_rate=0.9, p_min=0.05, seed=0)
-    t = controller(tmp_path, cfg, dp=2, batch=1, n_prompts=40)
+    # one prompt x 4 a step: a train batch of 4 makes it one optimizer step (8 would make none)
+    t = controller(tmp_path, cfg, extra=("--train.batch_size", "4"), dp=2, batch=1, n_prompts=40)
     fillers = 0.0
     for _ in range(12):
         status, _ = one_step(t)

@@ -35,6 +35,7 @@ def test_defaults_match_design():
         "drop_zero_advantage": True,
         "token_normalizer": "ht",
         "prompt_log": False,
+        "short_batch": "drop",  # OpenRLHF's rule: whole train batches only
     }
     assert c.prompt_keep_frac == 1.0 and c.completion_keep_frac == 1.0
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -127,7 +128,7 @@ def test_every_field_has_help_and_the_choice_fields_read_their_registry():
     choices = {f.name: f.metadata["choices"] for f in dataclasses.fields(DPPOConfig) if f.metadata["choices"]}
     assert set(choices) == {
         "completion_policy", "sampling", "packer", "reward_kind", "unseen_prompts", "prompt_batch",
-        "token_normalizer", "prompt_rate_control",
+        "token_normalizer", "prompt_rate_control", "short_batch",
     }  # fmt: skip
     from openrlhf_dppo.core import COMPLETION_POLICIES, PACKERS, SAMPLING_DESIGNS
 
