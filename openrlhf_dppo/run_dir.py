@@ -76,7 +76,7 @@ MACHINE = "machine"  # {cpu_model, cpu_native_bf16, torch_cpu_capability, device
 MACHINE_CPU_MODEL = "cpu_model"  # str: /proc/cpuinfo's model name
 MACHINE_CPU_NATIVE_BF16 = "cpu_native_bf16"  # bool: oneDNN has bf16 kernels for this CPU (env caps count)
 MACHINE_TORCH_CPU_CAPABILITY = "torch_cpu_capability"  # str: ATen's CPU kernel level ("AVX512", "AVX2")
-MACHINE_DEVICE = "device"  # "cpu" | "cuda"
+MACHINE_DEVICE = "device"  # "cpu" | "cuda": the workers' (RunMeta.device), not the writer's torch
 MACHINE_PRECISION = "precision"  # "bf16" | "fp16" | "fp32": the run's --ds.param_dtype
 MACHINE_FIELDS = (
     MACHINE_CPU_MODEL,
@@ -272,16 +272,16 @@ def _installed_version(dist: str) -> str | None:
 
 @dataclass(frozen=True)
 class RunMeta:
-    """What the launching command knows and ``run_config.json`` records: its command line (after
-    ``--config`` expansion), the time the process started (None: the run directory's creation), and
-    the run options of ``--dppo.run_dir`` / ``--dppo.max_steps`` / ``--dppo.schedule_steps`` (the CLI's
-    validated ``RunOptions``; None: ``--ckpt.output_dir`` / OpenRLHF's episodes / max_steps decide)."""
+    """What the launching command knows and ``run_config.json`` records: its command line (after ``--config``
+    expansion), the process's start time (None: the run directory's creation), the CLI's validated
+    ``RunOptions`` (None: ``--ckpt.output_dir`` / OpenRLHF's episodes / max_steps decide) and ``device``."""
 
     argv: list[str] = field(default_factory=list)
     start_time: float | None = None
     run_dir: str | None = None
     max_steps: int | None = None
     schedule_steps: int | None = None
+    device: str | None = None  # MACHINE_DEVICE: where the workers compute (compat.cpu.decide on the driver)
 
 
 class RunDir:

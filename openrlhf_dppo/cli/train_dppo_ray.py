@@ -38,6 +38,7 @@ from typing import Callable, Sequence
 
 from openrlhf_dppo.cli.flags import add_dppo_arguments
 from openrlhf_dppo.cli.validate import FlagError, validate
+from openrlhf_dppo.compat import cpu
 from openrlhf_dppo.precision import prepare_parser
 
 OPENRLHF_SCRIPT = "openrlhf.cli.train_ppo_ray"
@@ -120,18 +121,11 @@ def _imported_module(stmt: ast.AST) -> str:
 
 
 def _apply_cpu_compat(args) -> None:
-    import torch
-
-    if torch.cuda.is_available():
-        return
-    try:
-        from openrlhf_dppo.compat import cpu
-    except ModuleNotFoundError as err:  # tolerated only while the CPU layer itself is absent
-        if err.name != "openrlhf_dppo.compat.cpu":
-            raise
-        return
+    """Install the CPU layer for a run the command line found to be a CPU run (``decide()`` in the parse
+    step: no CUDA on the driver, no GPU in the Ray cluster); every worker checks for itself again."""
     # as many stand-in GPUs as this run's groups ask for; the engine and weight sync in --ds.param_dtype
-    cpu.apply(fake_gpus=cpu.stand_in_gpus(args), precision=args.ds.param_dtype)
+    choice = cpu.DeviceChoice(cpu.CPU, "decided by the command line (its line above says why)")
+    cpu.apply(fake_gpus=cpu.stand_in_gpus(args), precision=args.ds.param_dtype, choice=choice)
 
 
 def main(
@@ -162,11 +156,16 @@ def main(
     except ConfigError as err:
         raise SystemExit(f"train_dppo_ray: --config: {err}") from err
     origin, tree = _load_openrlhf_main()
-    state = SimpleNamespace(cfg=None, opts=None, result=None, parser=None, training=False)
+    state = SimpleNamespace(cfg=None, opts=None, result=None, parser=None, training=False, choice=None)
 
     def parse_hook(parser: argparse.ArgumentParser):
         state.parser = add_dppo_arguments(parser)
-        prepare_parser(parser)  # on CPU: --ds.param_dtype takes fp32 and defaults to the CPU's choice
+        try:  # where the workers compute: the driver's CUDA, and the cluster's GPUs when it joins one
+            state.choice = cpu.decide()
+        except cpu.DeviceChoiceError as err:
+            parser.exit(2, f"{parser.prog}: error: {err}\n")
+        # on a CPU run: --ds.param_dtype takes fp32 and defaults to the CPU's choice
+        prepare_parser(parser, state.choice.device)
         ns = parser.parse_args(argv)
         try:  # before OpenRLHF's validation, whose asserts would hide DPPO's reasons
             state.cfg, state.opts = validate(vars(ns), check_inputs=check_inputs)
@@ -182,7 +181,9 @@ def main(
         if train_fn is not None:
             state.result = train_fn(args)
             return
-        _apply_cpu_compat(args)  # before the host's Ray / DeepSpeed / vLLM modules load (a no-op with CUDA)
+        print(f"[openrlhf-dppo] the workers compute on {state.choice.device}: {state.choice.why}")
+        if state.choice.device == cpu.CPU:
+            _apply_cpu_compat(args)  # before the host's Ray / DeepSpeed / vLLM modules load
         from openrlhf.cli import train_ppo_ray
 
         from openrlhf_dppo.adapters import install
@@ -191,7 +192,7 @@ def main(
         opts = state.opts
         run = RunMeta(
             argv=list(argv), start_time=start_time, run_dir=opts.run_dir, max_steps=opts.max_steps,
-            schedule_steps=opts.schedule_steps,
+            schedule_steps=opts.schedule_steps, device=state.choice.device,
         )  # fmt: skip
         install(state.cfg, run)  # the config and run options validated above, passed as they are
         state.result = train_ppo_ray.train(args)

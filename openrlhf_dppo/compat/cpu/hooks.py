@@ -18,6 +18,9 @@ ENV_VERIFY = "OPENRLHF_DPPO_VERIFY_SYNC"  # path of a JSONL file: one record per
 ENV_HEARTBEAT = "OPENRLHF_DPPO_HEARTBEAT"  # file touched by workers on progress (watchdog input)
 ENV_SYNC_TIMEOUT = "OPENRLHF_DPPO_SYNC_TIMEOUT_S"  # gloo collective timeout (default 600 s)
 ENV_WATCHDOG = "OPENRLHF_DPPO_WATCHDOG_S"  # seconds without progress before the run is ended (600)
+ENV_DEVICE = (
+    "OPENRLHF_DPPO_DEVICE"  # auto (default) | cpu | cuda: where the workers compute (device_choice.py)
+)
 
 
 def log(msg: str) -> None:

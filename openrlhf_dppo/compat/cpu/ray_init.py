@@ -13,6 +13,7 @@ import os
 from openrlhf_dppo import precision
 from openrlhf_dppo.compat.cpu.hooks import (
     ENV_ACTIVE,
+    ENV_DEVICE,
     ENV_DISABLE,
     ENV_HEARTBEAT,
     ENV_SYNC_TIMEOUT,
@@ -28,6 +29,7 @@ SETUP_HOOK = "openrlhf_dppo.compat.cpu.worker_setup"
 WORKER_ENV = (
     ENV_DISABLE,
     ENV_ACTIVE,
+    ENV_DEVICE,  # named by a worker that refuses the CPU layer (device_choice.check_worker)
     ENV_VERIFY,
     ENV_HEARTBEAT,
     ENV_SYNC_TIMEOUT,
