@@ -33,12 +33,13 @@ ACTOR = logprob_fn(0.01, 0.05, 5)
 pytestmark = pytest.mark.usefixtures("stand_in_ray")
 
 
-def kept_batch(dp=2, train_batch=16, packer="window", prune=0.4, n_prompts=8, seed=21):
-    args = make_args(base_argv(dp=dp, batch=n_prompts, train_batch=train_batch) + ["--dppo.packer", packer])
+def kept_batch(dp=2, train_batch=16, packer="window", prune=0.4, n_prompts=8, seed=21, extra=(), actor=ACTOR):
+    argv = base_argv(dp=dp, batch=n_prompts, train_batch=train_batch) + ["--dppo.packer", packer, *extra]
+    args = make_args(argv)
     G = args.rollout.n_samples_per_prompt
     samples = rollout_batch(n_prompts, G, seed=seed, binary=False)
     cfg = DPPOConfig(completion_prune_rate=prune, p_min=0.2, packer=packer, seed=seed)
-    maker = DPPOExperienceMaker(StandInGroup(ACTOR, dp), None, None, None, FixedKLController(0.0),
+    maker = DPPOExperienceMaker(StandInGroup(actor, dp), None, None, None, FixedKLController(0.0),
                                 SimpleNamespace(args=args), StandInTokenizer(), dppo=cfg,
                                 history=PromptHistory(n_prompts))  # fmt: skip
     experiences, ctx = make(maker, tag(samples, G))
@@ -234,3 +235,41 @@ def test_grpo_takes_openrlhfs_optimizer_steps_and_counts_the_rest_untrained_on_g
         expected = float(loss_of(make_experience_batch(items), tokens, theta))
         for res in results:
             assert res["dppo"]["loss"] == pytest.approx(expected, rel=1e-6), (res["dppo"]["loss"], expected)
+
+
+@pytest.mark.parametrize("dp", [2, 4])
+def test_the_experience_side_forwards_stay_within_the_rollout_token_budget(dp):
+    """OpenRLHF's ``split_rollout_samples`` rounds the first-fit count of forward batches DOWN to a
+    multiple of dp (9 -> 8, 7 -> 4), so a batch can hold far more than --rollout.max_tokens_per_gpu;
+    DPPO's planned forwards round up: a multiple of dp batches, each within the budget, every kept
+    completion forwarded once."""
+    from openrlhf.utils.seqlen_balancing import (
+        get_minimum_num_micro_batch_size,
+        get_seqlen_balanced_partitions,
+    )
+
+    from openrlhf_dppo.adapters.experience_maker import forward_partitions
+
+    budget = 64
+    over = 0
+    for seed in range(12):  # the host's rule on the same lengths: over the budget for some of them
+        lengths = [int(s.total_length.item()) for s in rollout_batch(8, 4, seed=seed, binary=False)]
+        k = max(dp, get_minimum_num_micro_batch_size(lengths, budget, 1, 1) // dp * dp)
+        host = get_seqlen_balanced_partitions(lengths, k, False)
+        over += max(sum(lengths[i] for i in p) for p in host) > budget
+        ours = forward_partitions(lengths, (budget, 1, 1), dp)
+        assert len(ours) % dp == 0 and sorted(i for p in ours for i in p) == list(range(len(lengths)))
+        assert max(sum(lengths[i] for i in p) for p in ours) <= budget, seed
+    assert over >= 4  # so the check above has teeth
+
+    batches, rows = [], []
+
+    def recording(sequences, action_mask, attention_mask, **kw):
+        batches.append(int(attention_mask.sum()))
+        rows.append(len(sequences))
+        return ACTOR(sequences, action_mask, attention_mask, **kw)
+
+    extra = ("--rollout.max_tokens_per_gpu", str(budget))
+    _, experiences, _ = kept_batch(dp=dp, prune=0.0, seed=5, extra=extra, actor=recording)
+    assert batches and len(batches) % dp == 0 and max(batches) <= budget
+    assert sum(rows) == sum(len(e.sequences) for e in experiences)  # each kept completion once
