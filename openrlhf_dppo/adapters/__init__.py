@@ -64,10 +64,11 @@ def install(cfg, run) -> dict:
     cfg: the CLI's validated ``DPPOConfig``; run: ``run_dir.RunMeta`` (command line, start time, run
     directory and step limit).
     Both are always replaced. The trainer writes the run directory. The policy actor counts what its
-    micro-batches train (the accounting check's ``samples|tokens/trained``) in both arms; with
-    ``--dppo.enable false`` it runs OpenRLHF's training step unchanged and its replay buffer makes
-    OpenRLHF's dynamic batches, plus one step for what they leave untrained (an epoch's short last
-    rollout batch: ``DPPOReplayBuffer._add_short_step``).
+    micro-batches train (the accounting check's ``samples|tokens/trained``, and ``untrained``: what the
+    replay buffer holds and no micro-batch trains) in both arms; with ``--dppo.enable false`` it runs
+    OpenRLHF's training step unchanged and its replay buffer makes OpenRLHF's dynamic batches (under
+    ``--dppo.short_batch train`` plus one step for a batch smaller than one train batch:
+    ``DPPOReplayBuffer._add_short_step``).
     """
     from openrlhf.cli import train_ppo_ray
     from openrlhf.trainer import ppo_trainer

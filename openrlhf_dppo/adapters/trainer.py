@@ -24,10 +24,12 @@ the constructor by ``adapters.install`` (never rebuilt or re-read from the names
 Also: ``evaluate`` writes one eval line per evaluation with ``timing/eval`` (seconds); ``fit`` writes
 status.json and, for a fresh run (not resumed) with evaluation on, evaluates once before step 1 (step
 0). With ``--dppo.enable false`` the generator only observes (counts, reward checks) and OpenRLHF's
-experience maker and actor training step run unchanged: every number is GRPO's. One addition: OpenRLHF
-trains whole train batches only, so an epoch's short last rollout batch was generated and never trained;
-the actor's replay buffer trains it as one more optimizer step (``adapters.actor``), as DPPO trains a
-short draw.
+experience maker and actor training step run unchanged (the differences are listed in the help of
+``--dppo.enable``, ``core.config``). Both arms train a rollout batch's whole train batches only
+(``--dppo.short_batch drop``, OpenRLHF's rule); what that leaves is counted as ``samples|tokens/untrained``
+by the actors. ``--dppo.short_batch train`` trains a batch smaller than one train batch (an epoch's short
+last batch) as one optimizer step in both arms and adds those steps to the LR schedule
+(``short_batch_steps``).
 """
 
 from __future__ import annotations

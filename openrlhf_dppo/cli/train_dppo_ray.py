@@ -20,9 +20,9 @@ standard-library imports), with two statements replaced -- each must read exactl
    (between the two) becomes a one-line error with status 2, like DPPO's own refusals.
 
 If the script does not have the expected shape (another OpenRLHF version), this fails loudly.
-``--dppo.enable false`` installs the run-directory writer and OpenRLHF's experience maker with its group
-statistics in float64 (``adapters.experience_maker.CountingExperienceMaker``): every other number is
-OpenRLHF's GRPO.
+``--dppo.enable false`` is OpenRLHF's GRPO with the differences its flag help lists (``core.config``:
+group statistics in float64, ``adapters.experience_maker.CountingExperienceMaker``; a step-0 evaluation;
+the run directory; the counting actor, which trains what OpenRLHF trains under ``--dppo.short_batch drop``).
 """
 
 from __future__ import annotations

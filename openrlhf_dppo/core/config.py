@@ -59,9 +59,11 @@ class DPPOConfig:
 
     enable: bool = option(
         True,
-        "true: DPPO; false: OpenRLHF's GRPO run (OpenRLHF's samples generator, experience maker, actor and "
-        "numbers), with its group statistics taken in float64 as DPPO's are (a group of equal rewards gets "
-        "advantage 0 exactly); only the run-directory files are added",
+        "true: DPPO; false: OpenRLHF's GRPO run (OpenRLHF's samples generator, experience maker, actor "
+        "training step and, under --dppo.short_batch drop, its whole-train-batch rule). What differs from "
+        "OpenRLHF alone: group statistics in float64 as DPPO's (a group of equal rewards gets advantage 0 "
+        "exactly), an evaluation before step 1 when evaluation is on, the run-directory files, and without "
+        "--train.dynamic_batch_enable a rank's partial last micro-batch is refused where OpenRLHF drops it",
     )
     prompt_prune_rate: float = option(
         0.0,
