@@ -142,14 +142,14 @@ def describe(precision: str) -> str:
     )
 
 
-def machine(precision: str, device: str) -> dict:
+def machine(precision: str, device: str | None) -> dict:
     """The run directory's machine record (``run_dir.MACHINE``): CPU, its bf16 support, the device, the
     precision. The CPU facts are this process's; the device is passed in, not asked of this process's
     torch: the trainer actor that writes the record holds no GPU on a GPU run.
 
     precision: the run's ``--ds.param_dtype`` ("bf16" | "fp16" | "fp32"), after the CPU choice.
     device: "cpu" | "cuda", where the workers compute (the driver's ``compat.cpu.decide()``, carried to
-    the trainer in ``run_dir.RunMeta.device``).
+    the trainer in ``run_dir.RunMeta.device``); None (a RunMeta the CLI did not make) is refused.
     """
     if device not in DEVICES:
         raise ValueError(
