@@ -101,6 +101,9 @@ if ! [[ "$SCHEDULE_STEPS" =~ ^[1-9][0-9]*$ ]] || (( SCHEDULE_STEPS < STEPS )); t
   echo "SCHEDULE_STEPS must be a step count >= STEPS ($STEPS), got '$SCHEDULE_STEPS'" >&2; exit 2
 fi
 
+# --dppo.short_batch train (both arms): an epoch's short last batch (2,000 mod 64 = 16 prompts) is one
+# optimizer step, as in every sitting of benchmarks/RESULTS.md since efae25e; the CLI's default, drop, is
+# OpenRLHF's rule (that batch untrained, counted as samples|tokens/untrained).
 CMD=("$PY" -m openrlhf_dppo.cli.train_dppo_ray
   --actor.model_name_or_path "$TINY/model"
   --data.prompt_dataset "$PROMPT_FILE" --data.input_key input --data.label_key label
@@ -114,7 +117,7 @@ CMD=("$PY" -m openrlhf_dppo.cli.train_dppo_ray
   --rollout.batch_size "$PROMPTS" --rollout.n_samples_per_prompt "$SAMPLES" --rollout.micro_batch_size 64
   --rollout.max_new_tokens "$MAX_NEW" --rollout.temperature 1.0 --data.max_len "$MAX_LEN"
   --train.batch_size $((PROMPTS * SAMPLES)) --train.micro_batch_size 64 --train.seed "$SEED"
-  --train.dynamic_batch_enable --train.max_tokens_per_gpu 4096
+  --train.dynamic_batch_enable --train.max_tokens_per_gpu 4096 --dppo.short_batch train
   --algo.advantage.estimator group_norm --algo.kl.init_coef 0
   --actor.adam.lr "${LR:-$TASK_LR}" --actor.lr_warmup_ratio 0 --actor.lr_scheduler "$LR_SCHEDULER"
   --ckpt.output_dir "$OUT" --ckpt.path "$OUT/ckpt"

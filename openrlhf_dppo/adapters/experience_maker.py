@@ -56,6 +56,7 @@ from openrlhf_dppo.core import (
     fold_weights,
     full_batch_normalizer,
     group_advantages,
+    micro_batch_capacity,
     prune_completions,
     step_generator,
 )
@@ -172,7 +173,9 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         self._set_advantages(experiences, adv_flat[train_ids], weights[train_ids], rewards, train_ids)
 
         items = self._single_items(experiences)
-        capacity = args.train.max_tokens_per_gpu * args.ds.ring_attn_size * args.ds.tensor_parallel_size
+        capacity = micro_batch_capacity(
+            args.train.max_tokens_per_gpu, args.ds.ring_attn_size, args.ds.tensor_parallel_size
+        )
         drawn = ctx.draw.drawn if ctx.draw is not None else len(draws)
         steps = num_optimizer_steps(
             args.rollout.batch_size, G, args.train.batch_size, drawn, self.dppo.short_batch == "train"
@@ -271,7 +274,7 @@ def forward_partitions(lengths: list[int], budget: tuple[int, int, int], dp: int
         get_seqlen_balanced_partitions,
     )
 
-    capacity = budget[0] * budget[1] * budget[2]
+    capacity = micro_batch_capacity(*budget)
     need = get_minimum_num_micro_batch_size(lengths, *budget)
     k = max(dp, -(-need // dp) * dp)
     while True:

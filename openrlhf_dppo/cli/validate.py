@@ -11,7 +11,7 @@ this order:
 3. The conditions OpenRLHF 0.11.2 asserts (``check_host_asserts``: in its validation, or later in
    ``train`` after Ray started), so that they fail here with the flag's name instead of a bare
    AssertionError; then budgets and sequence limits (both arms where the host needs them too), a
-   sequence against a micro-batch's capacity (``micro_batch_capacity``, the packer's).
+   sequence against a micro-batch's capacity (``core.micro_batch_capacity``, the packer's).
 4. The inputs named on the command line exist (``check_inputs``; both arms): model, datasets, reward
    file or URL, agent file; and what ``cli.inputs`` checks on them (the reward or agent file imports and
    has OpenRLHF's function or class, a reward URL answers, the dataset's first record has the keys, the
@@ -34,6 +34,7 @@ import re
 from openrlhf_dppo.cli import inputs
 from openrlhf_dppo.cli.flags import build_options, dppo_values_from_flags
 from openrlhf_dppo.core.config import DPPOConfig, DPPOConfigError
+from openrlhf_dppo.core.packing import micro_batch_capacity
 
 #: estimators whose advantages DPPO computes on the full groups (core.group_advantages)
 GROUP_ESTIMATORS = ("group_norm", "dr_grpo")
@@ -72,6 +73,7 @@ def validate(flags: dict, check_inputs: bool = True):
         check_dppo_requirements(flags, cfg)
     check_host_asserts(flags)  # first: it refuses a ring or tensor-parallel size below 1 by name
     check_limits(flags, dppo=cfg.enable)
+    check_steps_per_batch(flags, dppo=cfg.enable, short_batch=cfg.short_batch)
     if check_inputs:
         check_input_files(flags)
         check_output_dirs(flags)
@@ -190,12 +192,22 @@ def check_limits(flags: dict, dppo: bool) -> None:
         )
 
 
-def micro_batch_capacity(max_tokens_per_gpu: int, ring_attn_size: int, tensor_parallel_size: int) -> int:
-    """Tokens one packed training micro-batch holds: the per-GPU budget times the GPUs that share a
-    sequence (a ring-attention group splits it along its length, a DeepSpeed tensor-parallel group
-    computes it together). The capacity DPPO's packer packs under (``adapters.experience_maker``) and
-    OpenRLHF's dynamic batch (``get_minimum_num_micro_batch_size``) counts with."""
-    return max_tokens_per_gpu * ring_attn_size * tensor_parallel_size
+def check_steps_per_batch(flags: dict, dppo: bool, short_batch: str) -> None:
+    """With packed micro-batches a rollout batch trains its whole --train.batch_size batches only
+    (OpenRLHF's rule, ``--dppo.short_batch drop``): a full batch smaller than one would never train."""
+    if not (dppo or flags["train.dynamic_batch_enable"]) or short_batch == "train":
+        return
+    batch, n, train = (
+        flags[f] for f in ("rollout.batch_size", "rollout.n_samples_per_prompt", "train.batch_size")
+    )
+    if batch * n < train:
+        raise FlagError(
+            "--train.batch_size",
+            f"{train} exceeds a rollout batch of --rollout.batch_size {batch} x --rollout.n_samples_per_prompt "
+            f"{n} = {batch * n} rollouts: with packed micro-batches a rollout batch trains only its whole train "
+            "batches, so no step would ever train. Lower --train.batch_size to at most "
+            f"{batch * n}, or pass --dppo.short_batch train (a batch smaller than one train batch is one step).",
+        )
 
 
 def check_host_asserts(flags: dict) -> None:

@@ -35,7 +35,7 @@ from openrlhf_dppo.core.keep_probs import (
 )
 from openrlhf_dppo.core.levels import Draw, prune_completions, prune_prompts
 from openrlhf_dppo.core.metrics import REQUIRED_KEYS, keep_metrics, reward_stats
-from openrlhf_dppo.core.packing import PACKERS, PackPlan, pack
+from openrlhf_dppo.core.packing import PACKERS, PackPlan, micro_batch_capacity, pack
 from openrlhf_dppo.core.rate_control import RATE_CONTROLS, PromptRateControl
 from openrlhf_dppo.core.registry import Registry
 from openrlhf_dppo.core.sampling import (
@@ -85,6 +85,7 @@ __all__ = [
     "group_advantages",
     "inverse_prob_weights",
     "keep_metrics",
+    "micro_batch_capacity",
     "pack",
     "prompt_keep_probs",
     "prune_completions",

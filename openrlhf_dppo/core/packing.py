@@ -300,4 +300,12 @@ def pack_metrics(lengths: np.ndarray, plan: PackPlan, dp_size: int, empty: int =
     }
 
 
-__all__ = ["PACKERS", "PackPlan", "distribute", "pack", "pack_metrics"]
+def micro_batch_capacity(max_tokens_per_gpu: int, ring_attn_size: int, tensor_parallel_size: int) -> int:
+    """Tokens one packed training micro-batch holds: the per-GPU budget times the GPUs that share a
+    sequence (a ring-attention group splits it along its length, a DeepSpeed tensor-parallel group
+    computes it together). The capacity DPPO's packer packs under (``adapters.experience_maker``, ``adapters.dispatch``) and
+    OpenRLHF's dynamic batch (``get_minimum_num_micro_batch_size``) counts with."""
+    return max_tokens_per_gpu * ring_attn_size * tensor_parallel_size
+
+
+__all__ = ["PACKERS", "PackPlan", "distribute", "micro_batch_capacity", "pack", "pack_metrics"]

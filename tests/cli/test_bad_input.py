@@ -99,6 +99,11 @@ REFUSED = {
         lambda a: a + ["--rollout.max_tokens_per_gpu", "0"], "--rollout.max_tokens_per_gpu",
         "a token budget per GPU must be >= 1",
     ),
+    # 4 x 4 rollouts a batch against a train batch of 32: OpenRLHF's whole-train-batch rule trains nothing
+    "train-batch-larger-than-a-rollout-batch": (
+        lambda a: replaced(a, "--train.batch_size", "32"), "--train.batch_size",
+        "32 exceeds a rollout batch of --rollout.batch_size 4 x --rollout.n_samples_per_prompt 4 = 16",
+    ),
     "max-len-over-the-token-budget": (
         lambda a: replaced(a, "--data.max_len", "256"), "--data.max_len",
         "256 exceeds a micro-batch's 128 tokens (--train.max_tokens_per_gpu 128 x --ds.ring_attn_size 1 x "
@@ -229,6 +234,9 @@ def test_bad_input_is_refused_naming_the_flag_before_ray_is_imported(case, tmp_p
 
 
 ACCEPTED = {
+    # ... unless such a batch trains as one step
+    "train-batch-larger-under-short-batch-train": lambda a, d: replaced(a, "--train.batch_size", "32")
+    + ["--dppo.short_batch", "train"],
     # names that are not local paths are Hugging Face Hub ids: left to the download
     "dppo-with-hub-ids": lambda a, d: replaced(
         replaced(a, "--actor.model_name_or_path", "Qwen/Qwen3-4B"), "--data.prompt_dataset", "openai/gsm8k"

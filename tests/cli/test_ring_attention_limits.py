@@ -1,6 +1,6 @@
 """A sequence is checked against a micro-batch's capacity as DPPO's packer and OpenRLHF count it:
 ``--train.max_tokens_per_gpu`` x ``--ds.ring_attn_size`` x ``--ds.tensor_parallel_size``
-(``cli.validate.micro_batch_capacity``), not against the per-GPU budget alone."""
+(``core.micro_batch_capacity``), not against the per-GPU budget alone."""
 
 import pytest
 from cli_commands import local_command, replaced, run_cli
@@ -32,7 +32,7 @@ def test_a_rollout_longer_than_the_rings_capacity_is_refused_naming_the_flags(tm
 def test_the_capacity_is_the_one_openrlhf_counts_micro_batches_with(budget, ring, tp):
     from openrlhf.utils.seqlen_balancing import get_minimum_num_micro_batch_size
 
-    from openrlhf_dppo.cli.validate import micro_batch_capacity
+    from openrlhf_dppo.core import micro_batch_capacity
 
     cap = micro_batch_capacity(budget, ring, tp)
     # the host's first fit puts cap - 1 and 1 token into one micro-batch and cap and 1 into two: only

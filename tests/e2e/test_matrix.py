@@ -94,7 +94,7 @@ def check_run(run: dict, steps: list[int], dp: int = 1, engines: int = 1, syncs:
     assert [r["step"] for r in rows] == steps, "one train line per step"
     for r in rows:
         for unit in ("samples", "tokens"):
-            parts = [r[f"{unit}/{k}"] for k in ("trained", "pruned", "filtered")]
+            parts = [r[f"{unit}/{k}"] for k in ("trained", "pruned", "filtered", "untrained")]
             assert r[f"{unit}/generated"] == sum(parts) > 0, (unit, r)
         missing = [k for k in REQUIRED_KEYS if k not in r]
         assert not missing, missing

