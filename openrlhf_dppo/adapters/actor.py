@@ -50,6 +50,8 @@ logger = init_logger(__name__)
 class DPPOReplayBuffer(NaiveReplayBuffer):
     """NaiveReplayBuffer whose dynamic batches follow the DPPO dispatch plan."""
 
+    dynamic_indices: list[list[int]]  # set by the parent's constructor: micro-batch -> item indices
+
     @classmethod
     def like(cls, buffer: NaiveReplayBuffer) -> DPPOReplayBuffer:
         """A DPPO buffer with the settings of an existing (empty) OpenRLHF buffer."""
