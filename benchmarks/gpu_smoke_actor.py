@@ -17,11 +17,13 @@ What runs is the real policy-actor path of a training step, minus generation:
    normalisers).
 Checked per arm (the JSON's ``checks``; any False fails the run, exit status 1): the losses and the
 gradient norm are finite and the norm is positive; ``samples/trained`` and ``tokens/trained`` equal the
-sequences and action tokens fed; the optimizer steps DeepSpeed took equal the plan's (GRPO: B x G /
-``--train.batch_size``); every micro-batch reached ``training_step`` on the training device.
+sequences and action tokens fed, and the micro-batches ``training_step`` received hold each of them
+once (plus the plan's zero-weight fillers); the optimizer steps DeepSpeed took equal the plan's (GRPO:
+B x G / ``--train.batch_size``); every micro-batch reached ``training_step`` on the training device.
 
-Three departures from a user's run, none in DPPO's code: no reference model (its log-probs are the
-actor's, shifted per token, so the KL is not 0); without a real flash-attn, ``sdpa`` instead of the
+Departures from a user's run, none in DPPO's code: no reference model (its log-probs are the actor's,
+shifted per token, so the KL is not 0); a constant learning rate (a warm-up's first step has lr 0);
+without a real flash-attn, ``sdpa`` instead of the
 ``flash_attention_2`` that packing asks for (transformers' sdpa isolates the packed sequences by their
 restarting position ids; the CPU layer does the same); the vLLM weight-sync backend is ``gloo`` (there
 is no engine; ``nccl`` would import vLLM for a version check). ``--optimizer torch`` (default) makes
@@ -29,8 +31,9 @@ DeepSpeed's AdamW the plain torch one (``torch_adam``); ``--optimizer fused`` ke
 DeepSpeed's FusedAdam, whose CUDA kernel DeepSpeed compiles at first use (nvcc + ninja): its build time
 is reported as ``fused_adam_build_s``.
 
-On CPU (``--device cpu``: gloo, ``DS_ACCELERATOR=cpu``, the CPU layer's Ray-worker patches, fp32) the
-same path runs, which is how CI tests this script; the CPU patches keep the experiences on the CPU, so
+On CPU (``--device cpu``: gloo, ``DS_ACCELERATOR=cpu``, the CPU layer's Ray-worker patches, fp32, and
+no DeepSpeed shared-memory all-reduce op, a C++ build that one rank never uses) the same path runs,
+which is how CI tests this script; the CPU patches keep the experiences on the CPU, so
 only a CUDA run checks the devices.
 
 Usage: python benchmarks/gpu_smoke_actor.py --device cuda --json out.json
@@ -167,21 +170,34 @@ def synthetic_items(shape: dict, vocab: int, seed: int) -> list:
     return items
 
 
-def score(actor, items: list, group: int, seed: int):
-    """The batch with what the experience maker adds: old log-probs from the actor itself, a reference
-    shifted per token, group-normalised advantages (OpenRLHF's group_norm) as returns and advantages."""
+def score(actor, items: list, group: int, max_tokens: int):
+    """The batch with what the experience maker adds: old log-probs from the actor's forward (in
+    forward batches of at most ``max_tokens`` tokens, as ``--rollout.max_tokens_per_gpu`` bounds
+    them), a reference shifted per token, group-normalised advantages (OpenRLHF's group_norm) as
+    returns and advantages."""
     import torch
-    from openrlhf.trainer.ppo_utils.experience import make_experience_batch
+    from openrlhf.trainer.ppo_utils.experience import make_experience_batch, split_experience_batch
 
-    batch = make_experience_batch(items)
-    logp = actor.forward(batch.sequences, batch.action_mask, batch.attention_mask).float()
-    mask = batch.action_mask
-    feature = (batch.sequences[:, 1:] % 3).float() - 1.0
-    batch.action_log_probs = logp * mask
-    batch.base_action_log_probs = (logp - 0.05 * feature) * mask
+    chunks, tokens = [[]], 0
+    for it in items:
+        n = int(it.total_length)
+        if chunks[-1] and tokens + n > max_tokens:
+            chunks.append([])
+            tokens = 0
+        chunks[-1].append(it)
+        tokens += n
+    scored = []
+    for chunk in chunks:
+        part = make_experience_batch(chunk)
+        logp = actor.forward(part.sequences, part.action_mask, part.attention_mask).float()
+        feature = (part.sequences[:, 1:] % 3).float() - 1.0
+        part.action_log_probs = logp * part.action_mask
+        part.base_action_log_probs = (logp - 0.05 * feature) * part.action_mask
+        scored.extend(split_experience_batch(part))
+    batch = make_experience_batch(scored)
     rewards = torch.stack(batch.info["reward"]).float().reshape(-1, group)
     adv = ((rewards - rewards.mean(-1, keepdim=True)) / (rewards.std(-1, keepdim=True) + 1e-9)).reshape(-1)
-    batch.returns = adv[:, None] * mask
+    batch.returns = adv[:, None] * batch.action_mask
     batch.advantages = batch.returns.clone()
     return batch
 
@@ -256,6 +272,7 @@ def run_arm(actor, name: str, batch, expected: dict, device: str) -> dict:
         "optimizer_steps": steps == expected["steps"],
         "micro_batches_on_device": bool(seen) and all(dev == device for _, dev in seen),
         "micro_batches": len(seen) == expected["micro_batches"] if expected["micro_batches"] else bool(seen),
+        "rows_once": sum(r for r, _ in seen) == expected["samples"] + expected["fillers"],  # one epoch
     }
     return dict(
         arm=name, expected=expected, status=status, optimizer_steps=steps, micro_batches=len(seen),
@@ -347,7 +364,7 @@ def train_arms(opts, phase: Phases, actor, args, dims) -> dict:
     shape = SHAPES[opts.size]
     with phase("score"):
         items = synthetic_items(shape, dims["vocab_size"], opts.seed)
-        batch = score(actor, items, shape["group"], opts.seed)
+        batch = score(actor, items, shape["group"], shape["max_tokens"])
     arms = {}
     for name in opts.arms:
         if name == "grpo":

@@ -4,11 +4,11 @@
 TokensPrompt``, ``vllm.utils.random_uuid``) at module level, so even the actor trainer, which never
 talks to an engine in the smoke, needs ``import vllm`` to work. vLLM cannot be carried to the smoke's
 machine (far above its wheel budget). Any ``vllm.<name>`` other than the two submodules raises an
-AttributeError that names this stand-in; the smoke script puts ``benchmarks/gpu_smoke/stubs`` on
+AttributeError that names this stand-in; the smoke script puts ``benchmarks/gpu_smoke/vllm_stub`` on
 PYTHONPATH only when ``import vllm`` fails there.
 """
 
-STAND_IN = "benchmarks/gpu_smoke/stubs"
+STAND_IN = "benchmarks/gpu_smoke/vllm_stub"
 
 
 def __getattr__(name: str):

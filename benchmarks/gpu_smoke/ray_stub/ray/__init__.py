@@ -6,11 +6,11 @@ at module level and decorate their actor classes with ``@ray.remote``; nothing o
 calls Ray after that. So this package offers exactly that: ``remote`` returns the class or function
 unchanged, and any other ``ray.<name>`` raises an AttributeError that names this stand-in.
 
-The smoke script puts ``benchmarks/gpu_smoke/stubs`` on PYTHONPATH only when ``import ray`` fails
+The smoke script puts ``benchmarks/gpu_smoke/ray_stub`` on PYTHONPATH only when ``import ray`` fails
 there; the package, the CLI and the tests never see it.
 """
 
-STAND_IN = "benchmarks/gpu_smoke/stubs"
+STAND_IN = "benchmarks/gpu_smoke/ray_stub"
 
 
 def remote(*args, **options):
