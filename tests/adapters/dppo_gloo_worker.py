@@ -40,7 +40,8 @@ def run(rank, world, port, payload, out_dir):
         total = total + _loss(mb, info, data["theta"])
     dist.all_reduce(total, op=dist.ReduceOp.SUM)  # DeepSpeed averages gradients over the dp ranks
     result = {"micro_batches": len(buffer), "loss": float(total) / world}
-    result["counts"] = step_counts(counts * 2, 2, strategy)  # as after two PPO epochs, summed over ranks
+    # as after two PPO epochs, summed over ranks (the plan trains every item: nothing left untrained)
+    result["counts"] = step_counts(counts * 2, buffer.untrained_counts(), 2, strategy)
 
     # a plan whose rank 1 lost its last micro-batch must fail on BOTH ranks before any backward
     bad = DPPOReplayBuffer(1, 0, True, True, True)

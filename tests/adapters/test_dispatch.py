@@ -103,7 +103,7 @@ def test_micro_batches_are_valid_equal_per_rank_and_packed_loss_equals_padded_lo
 
 
 def test_an_empty_micro_batch_gets_a_zero_weight_filler_that_adds_nothing():
-    maker, experiences, _ = kept_batch(dp=2, prune=0.0, n_prompts=2)
+    maker, experiences, _ = kept_batch(dp=2, prune=0.0, n_prompts=2, train_batch=8)
     items = maker._single_items(experiences)[:1]  # one sequence for two ranks
     plan = build_dispatch(items, 2, 64, 1, 10.0, 8.0)
     assert plan.fillers == 1 and plan.micro_batches_per_rank == 1
@@ -121,7 +121,7 @@ def test_an_empty_micro_batch_gets_a_zero_weight_filler_that_adds_nothing():
 
 
 def test_a_sequence_longer_than_the_budget_is_an_error():
-    maker, experiences, _ = kept_batch(dp=1, prune=0.0, n_prompts=2)
+    maker, experiences, _ = kept_batch(dp=1, prune=0.0, n_prompts=2, train_batch=8)
     items = maker._single_items(experiences)
     longest = max(int(it.total_length) for it in items)
     with pytest.raises(ValueError, match="capacity"):
@@ -163,6 +163,8 @@ def test_two_gloo_ranks_run_equal_micro_batch_counts_and_the_full_batch_loss(tmp
         "tokens/fillers": float(
             sum(int(it.action_mask.sum()) for it in items) - sum(int(it.action_mask.sum()) for it in live)
         ),
+        "samples/untrained": 0.0,  # the plan trains every item it holds
+        "tokens/untrained": 0.0,
     }
     assert want["samples/trained"] == sum(len(e.index) for e in experiences)
     for r, res in enumerate(results):
