@@ -117,7 +117,7 @@ def main(argv=None) -> int:
         json.dump(data, f, indent=1, default=str)
     mods = section["modules"]
     shown = ", ".join(
-        f"{n} {m['version']}{' (stand-in)' if m['stand_in'] else ''}" if m["ok"] else f"{n} -"
+        (f"{n} stand-in" if m["stand_in"] else f"{n} {m['version']}") if m["ok"] else f"{n} -"
         for n, m in mods.items()
         if n in ("torch", "transformers", "openrlhf", "deepspeed", "ray", "vllm", "flash_attn")
     )
