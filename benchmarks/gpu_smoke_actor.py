@@ -243,6 +243,8 @@ def finite(x) -> bool:
 
 def run_arm(actor, name: str, batch, expected: dict, device: str) -> dict:
     """Append ``batch``, ``fit`` once; counts, steps and devices against ``expected``."""
+    from openrlhf_dppo import metric_keys as K
+
     trainer = actor.trainer
     seen = []  # per micro-batch: (rows, device type) as training_step receives it
     step_fn = trainer.training_step
@@ -266,9 +268,9 @@ def run_arm(actor, name: str, batch, expected: dict, device: str) -> dict:
     checks = {
         "losses_finite": all(finite(status.get(k)) for k in ("policy_loss", "entropy_loss", "kl")),
         "grad_norm_finite_positive": finite(status.get("actor_grad_norm")) and status["actor_grad_norm"] > 0,
-        "samples_trained": status.get("samples/trained") == expected["samples"],
-        "tokens_trained": status.get("tokens/trained") == expected["tokens"],
-        "fillers": status.get("samples/fillers") == expected["fillers"],
+        "samples_trained": status.get(K.SAMPLES_TRAINED) == expected["samples"],
+        "tokens_trained": status.get(K.TOKENS_TRAINED) == expected["tokens"],
+        "fillers": status.get(K.SAMPLES_FILLERS) == expected["fillers"],
         "optimizer_steps": steps == expected["steps"],
         "micro_batches_on_device": bool(seen) and all(dev == device for _, dev in seen),
         "micro_batches": len(seen) == expected["micro_batches"] if expected["micro_batches"] else bool(seen),
