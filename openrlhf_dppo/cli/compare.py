@@ -6,7 +6,8 @@
         --arm refill='runs/refill_s*' --arm grpo+df='runs/df_s*' --baseline grpo --out DIR
 
 Reads each run directory (``openrlhf_dppo.run_dir``), groups the runs into arms (``--arm NAME=GLOB``,
-or by config: runs that differ only in their seeds are one arm), prints the tables, the warnings of
+or by config: runs that differ only in their seeds are one arm), prints a summary table of about 100
+columns (``--tables``: every table of report.md), the warnings of
 ``report.checks`` (runs that stopped early or are partial, too few eval points for the smoothing
 window, eval datasets not all runs share, configs or precisions that make arms not comparable, other
 machines, curves at the target from their first point, speedups above the ideal) and the summary,
@@ -95,6 +96,12 @@ def build_parser(prog: str = "openrlhf-dppo compare") -> argparse.ArgumentParser
     parser.add_argument(
         "--out", default=None, metavar="DIR", help="write report.md and PNG plots into this directory"
     )
+    parser.add_argument(
+        "--tables",
+        action="store_true",
+        help="print report.md's full tables in the console too (about 200 columns wide); without it the "
+        "console shows a summary table of about 100 columns",
+    )
     return parser
 
 
@@ -179,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from openrlhf_dppo.report.render import render_terminal, write_report
 
-    render_terminal(report)
+    render_terminal(report, tables=args.tables)
     if args.out:
         path = write_report(report, args.out)
         print(f"report written to {path}")

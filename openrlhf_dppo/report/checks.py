@@ -27,8 +27,6 @@ calls these). Each check returns plain sentences, the report's warnings:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.report.comparability import (
     MACHINE_CATEGORY,
@@ -36,11 +34,9 @@ from openrlhf_dppo.report.comparability import (
     arm_differences,
     machine_of,
 )
-from openrlhf_dppo.report.run import Run, number
-
-if TYPE_CHECKING:  # arms imports this module
-    from openrlhf_dppo.report.arms import Arm, Comparison
-    from openrlhf_dppo.report.summary import RunSummary, Settings
+from openrlhf_dppo.report.model import Arm, Comparison
+from openrlhf_dppo.report.run import stopped_early
+from openrlhf_dppo.report.summary import RunSummary, Settings
 
 
 def choose_heldout(summaries: list[RunSummary], wanted: str | None) -> tuple[list[str], list[str]]:
@@ -72,24 +68,6 @@ def choose_heldout(summaries: list[RunSummary], wanted: str | None) -> tuple[lis
             "left out: " + "; ".join(f"{n}: {', '.join(d)}" for n, d in extra.items())
         )
     return common, warnings
-
-
-def stopped_early(run: Run) -> str | None:
-    """Why a "finished" run has fewer steps than it was set to make: status.json's ``reason``, or its
-    step below ``max_steps``; None for any other run."""
-    status = run.status or {}
-    if run.state != "finished":
-        return None
-    reason = status.get(R.STATUS_REASON)
-    if reason:
-        return str(reason)
-    step = number(status.get(R.STATUS_STEP))
-    if step is None and run.train:
-        step = float(run.train[-1][R.STEP])
-    max_steps = number(status.get(R.STATUS_MAX_STEPS))
-    if step is not None and max_steps is not None and step < max_steps:
-        return f"it finished at step {step:.0f} of max_steps {max_steps:.0f}"
-    return None
 
 
 def baseline_warnings(base: Arm) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from openrlhf_dppo.report.arms import Arm, Comparison, Report
+from openrlhf_dppo.report.model import Arm, Comparison, Report
 
 
 def _seeds(arm: Arm) -> str:

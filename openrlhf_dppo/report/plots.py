@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from openrlhf_dppo import run_dir as R
-from openrlhf_dppo.report.arms import Report
+from openrlhf_dppo.report.model import Report
 from openrlhf_dppo.report.summary import TOKEN_KEYS, RunSummary, eval_table, phase_label
 
 AXES_KEY = "openrlhf_dppo.axes"

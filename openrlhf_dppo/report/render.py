@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from openrlhf_dppo.report.arms import Report
 from openrlhf_dppo.report.headline import headline
-from openrlhf_dppo.report.tables import all_tables
+from openrlhf_dppo.report.model import Report
+from openrlhf_dppo.report.tables import all_tables, summary_table
 
 METHOD_NOTES = """\
 ## How the numbers are computed
@@ -36,7 +37,8 @@ METHOD_NOTES = """\
 - **Step-time speedup** = mean over the baseline's seeds of the median `timing/step_total` / the same
   for the arm (medians over the steps after the first {warmup} warm-up step(s)).
 - **Ideal speedup** = 1 / (g (f + (1 - f)(1 - r_o))), the limit of pruning alone
-  (METHOD.md "Ideal speedup", whose 1 - r_q is the rollout a step does; packing gains come on top).
+  (`openrlhf_dppo/report/speedup.py`, item 3: 1 - r_q there is the rollout a step does; packing
+  gains come on top).
   f = median `timing/generation` / median `timing/step_total` of the baseline; g = the arm's mean
   `samples/generated` per step / the baseline's (1 - r_q where not logged): 1 - r_q for `shrink`, about 1
   for `refill`, which draws 2B prompts and rolls out about B; r_q = 1 - mean `dppo/prompt_keep_frac`,
@@ -56,17 +58,21 @@ METHOD_NOTES = """\
 """
 
 
-def render_terminal(report: Report, console=None) -> None:
+def render_terminal(report: Report, console=None, tables: bool = False) -> None:
+    """The console: a summary table of about 100 columns, the warnings and the summary sentences.
+    ``tables``: all of report.md's tables too (about 200 columns wide)."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    if console is None:
+    if console is None:  # a terminal's width, or COLUMNS; piped: 100 columns (200 with the full tables)
         console = Console()
-        if not console.is_terminal:  # piped or captured: do not squeeze the wide tables into 80 columns
-            console = Console(width=200)
-    for title, headers, rows in all_tables(report):  # Text: "[2 of 3]" is ours, not rich markup
-        table = Table(title=Text(title), title_justify="left", header_style="bold")
+        if not console.is_terminal and "COLUMNS" not in os.environ:
+            console = Console(width=200 if tables else 100)
+    shown = all_tables(report) if tables else [summary_table(report)]
+    for title, headers, rows in shown:  # Text: "[2 of 3]" is ours, not rich markup
+        table = Table(title=Text(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
         for i, header in enumerate(headers):
             table.add_column(Text(header), justify="left" if i == 0 else "right", overflow="fold")
         for row in rows:
@@ -76,6 +82,13 @@ def render_terminal(report: Report, console=None) -> None:
         console.print(Text.assemble(("warning:", "yellow"), " " + warning))
     for line in headline(report):
         console.print(Text(line, style="bold"))
+    if not tables:
+        console.print(
+            Text(
+                "The full tables (time per run and phase, work, step time against the ideal, the held-out "
+                "curve per run, eval results) are in report.md (--out DIR), or here with --tables."
+            )
+        )
 
 
 def _md_cell(text: str) -> str:

@@ -19,7 +19,7 @@ from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.run_dir import EVAL_RESULTS, METRICS, RUN_CONFIG, STATUS, RunDirError, number
 from openrlhf_dppo.run_dir import read_json_object as _read_json
 
-__all__ = ["Run", "RunDirError", "load_run", "number", "run_names", "series"]
+__all__ = ["Run", "RunDirError", "load_run", "number", "run_names", "series", "stopped_early"]
 
 
 @dataclass
@@ -165,3 +165,21 @@ def run_names(paths: list[str | Path]) -> list[str]:
         if len(set(names)) == len(names) or depth >= max(len(p) for p in parts):
             return names
         depth += 1
+
+
+def stopped_early(run: Run) -> str | None:
+    """Why a "finished" run has fewer steps than it was set to make: status.json's ``reason``, or its
+    step below ``max_steps``; None for any other run."""
+    status = run.status or {}
+    if run.state != "finished":
+        return None
+    reason = status.get(R.STATUS_REASON)
+    if reason:
+        return str(reason)
+    step = number(status.get(R.STATUS_STEP))
+    if step is None and run.train:
+        step = float(run.train[-1][R.STEP])
+    max_steps = number(status.get(R.STATUS_MAX_STEPS))
+    if step is not None and max_steps is not None and step < max_steps:
+        return f"it finished at step {step:.0f} of max_steps {max_steps:.0f}"
+    return None

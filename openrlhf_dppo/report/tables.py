@@ -4,8 +4,8 @@ terminal) and ``markdown`` (report.md) alike, so both always show the same numbe
 from __future__ import annotations
 
 from openrlhf_dppo import run_dir as R
-from openrlhf_dppo.report.arms import Arm, Comparison, Report
 from openrlhf_dppo.report.curves import Spread
+from openrlhf_dppo.report.model import Arm, Comparison, Report
 from openrlhf_dppo.report.summary import RunSummary, eval_table, phase_label
 
 Table = tuple[str, list[str], list[list[str]]]
@@ -258,6 +258,56 @@ def training_eval_rows(report: Report) -> Table | None:
         headers,
         rows,
     )
+
+
+def summary_table(report: Report) -> Table:
+    """The console's table, one row per arm in about 100 columns: final held-out accuracy, the
+    matched-accuracy ratio and the step-time speedup against its ideal (the full tables: ``all_tables``)."""
+    headers = ["arm", "seeds", "final acc", "vs baseline", "time to target", "step speedup"]
+    rows = []
+    for arm in report.arms:
+        c = _comparison(report, arm)
+        final = arm.final
+        acc = NA if final.mean is None else fmt(final.mean, ".4f")
+        if final.k > 1:
+            acc += f" ± {fmt(final.std, '.4f')}"
+        if c is None:
+            vs, ttt = "baseline", "baseline" if arm.ttt is None else f"{arm.ttt:.1f} s"
+            speed = f"{fmt(arm.mean_of('step_time'), '.2f')} s a step"
+        else:
+            vs = (
+                NA
+                if c.final_delta is None
+                else f"{c.final_delta:+.4f}, {_short_noise(c.final_within_spread)}"
+            )
+            ttt = _short_ratio(report, arm, c)
+            speed = _speedup(c)
+            if c.ideal_speedup is not None and c.step_efficiency is not None:
+                speed += f", {c.step_efficiency:.0%} of {c.ideal_speedup:.2f}x"
+        rows.append([arm.name, str(arm.n), acc, vs, ttt, speed])
+    title = (
+        f"Against the baseline {report.baseline.name}: held-out accuracy ({report.heldout or 'no eval'}), "
+        f"target {fmt(report.target, '.4f')}; time to target = the arm's training time over the "
+        "baseline's, [k of n] = seeds that reached it"
+    )
+    return title, headers, rows
+
+
+def _short_noise(within: bool | None) -> str:
+    return {True: "within spread", False: "beyond spread", None: "no spread"}[within]
+
+
+def _short_ratio(report: Report, arm: Arm, c: Comparison) -> str:
+    if c.ttt_ratio is None:
+        reached = arm.curve is not None and report.target is not None and arm.ttt is None
+        text = "not reached" if reached else NA
+    else:
+        text = f"{c.ttt_ratio:.2f}x"
+        if c.ttt_ratios.k > 1:
+            text += f" ({c.ttt_ratios.lo:.2f}–{c.ttt_ratios.hi:.2f})"
+    if c.ttt_ratios.n > 1 and c.ttt_ratios.k < c.ttt_ratios.n:
+        text += f" [{c.ttt_ratios.k} of {c.ttt_ratios.n}]"
+    return text
 
 
 def all_tables(report: Report) -> list[Table]:

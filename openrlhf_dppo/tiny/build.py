@@ -59,93 +59,38 @@ import argparse
 import hashlib
 import json
 import os
-import re
-import time
 
 from openrlhf_dppo.tiny import task
-from openrlhf_dppo.tiny.arithmetic import (
-    arithmetic_used,
-    build_in_pinned_child,
-    needs_pinned_child,
-    weights_digest,
-)
-from openrlhf_dppo.tiny.tokenizer import EOS_ID, PAD_ID, VOCAB, build_tokenizer
-from openrlhf_dppo.tiny.warm import warm_start
+from openrlhf_dppo.tiny.arithmetic import build_in_pinned_child, needs_pinned_child
 
-SIZES = {
-    "xs": (128, 2, 384),  # 0.40M parameters (the earlier default; learns less under GRPO, see above)
-    "s": (256, 2, 768),  # 1.58M: the embedded default (see the module docstring)
-    "m": (256, 4, 1024),  # 3.9M with the untied head of benchmarks/pipeline_step.py
-}
-DEFAULT_SIZE = "s"
-HEAD_DIM = 64
+# the shared pieces keep their old names here too (build.WARM, build.model_config, ... are read by tests
+# and benchmarks)
+from openrlhf_dppo.tiny.assets import (  # noqa: F401
+    DEFAULT_SIZE,
+    HEAD_DIM,
+    SIZES,
+    WARM,
+    model_config,
+    parse_size,
+    paths,
+    train_and_save,
+)
+from openrlhf_dppo.tiny.tokenizer import EOS_ID, PAD_ID, build_tokenizer
+
 DIGITS, N_EVAL, N_DEV, N_TRAIN = 2, 500, 200, 2000
-WARM = dict(
-    batch_size=64,
-    lr=5e-3,
-    steps=1825,
-    dtype="float64",
-    log_every=100,
-    threads=1,
-    arithmetic="avx2",
-    state_bits=12,
-)
-
-
-def parse_size(size: str) -> tuple[int, int, int]:
-    """``(hidden, layers, intermediate)`` of a size name or a ``HxLxI`` string; ValueError otherwise."""
-    if size in SIZES:
-        return SIZES[size]
-    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", size)
-    if not m:
-        raise ValueError(f"--size {size!r}: expected one of {sorted(SIZES)} or HIDDENxLAYERSxINTERMEDIATE")
-    hidden, layers, inter = (int(x) for x in m.groups())
-    if hidden % HEAD_DIM or hidden < HEAD_DIM or layers < 1 or inter < 1:
-        raise ValueError(
-            f"--size {size!r}: hidden must be a positive multiple of {HEAD_DIM}, layers and inter >= 1"
-        )
-    return hidden, layers, inter
-
-
-def model_config(size: str = DEFAULT_SIZE, **overrides) -> dict:
-    """Keyword arguments of ``transformers.Qwen3Config`` for ``size`` on the task's tokenizer."""
-    hidden, layers, inter = parse_size(size)
-    heads = hidden // HEAD_DIM
-    cfg = dict(
-        vocab_size=len(VOCAB),
-        hidden_size=hidden,
-        intermediate_size=inter,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=max(1, heads // 2),
-        head_dim=HEAD_DIM,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-        pad_token_id=PAD_ID,
-        eos_token_id=EOS_ID,
-        bos_token_id=None,
-    )
-    cfg.update(overrides)
-    return cfg
 
 
 def fingerprint(seed: int, warm: dict, size: str = DEFAULT_SIZE) -> str:
     """Hash of everything the build output depends on: sources, model config, split sizes, seed."""
     h = hashlib.sha256()
     here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("task.py", "tokenizer.py", "build.py", "arithmetic.py", "warm.py"):
+    for name in ("task.py", "tokenizer.py", "build.py", "assets.py", "arithmetic.py", "warm.py"):
         with open(os.path.join(here, name), "rb") as f:
             h.update(f.read())
     h.update(
         json.dumps([seed, model_config(size), DIGITS, N_EVAL, N_DEV, N_TRAIN, warm], sort_keys=True).encode()
     )
     return h.hexdigest()[:16]
-
-
-def paths(out: str) -> dict:
-    p = {"model": os.path.join(out, "model"), "info": os.path.join(out, "build_info.json")}
-    p.update({name: os.path.join(out, "data", f"{name}.jsonl") for name in task.SPLITS})
-    return p
 
 
 def is_built(out: str, seed: int = 0, warm: dict | None = None, size: str = DEFAULT_SIZE) -> bool:
@@ -198,66 +143,6 @@ def accuracy(
                 correct += int(EOS_ID in o and text == r["label"])
     model.train()
     return correct / len(rows)
-
-
-def train_and_save(
-    out: str,
-    seed: int,
-    warm: dict,
-    config_kwargs: dict,
-    tok,
-    splits: dict,
-    supervised,
-    measure,
-    header: dict,
-    log=print,
-) -> dict:
-    """What every task's build shares; returns the build info (also written to ``build_info.json``).
-
-    Writes ``splits`` (name -> rows) under ``out``, trains a fresh Qwen3 (``config_kwargs``, seeded) on
-    ``supervised`` rows with ``warm_start``, casts it to bf16 -- the weights the pipeline starts from --,
-    reads ``measure(model, tok) -> dict`` of the cast model and saves model and tokenizer. ``header``: the
-    task's own leading fields of the info (fingerprint, seed, size, ...)."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    t0 = time.time()
-    p = paths(out)
-    os.makedirs(os.path.dirname(p["train"]), exist_ok=True)
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(warm["threads"])
-    try:
-        for name, rows in splits.items():
-            task.write_jsonl(p[name], rows)
-        torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(Qwen3Config(**config_kwargs)).to(getattr(torch, warm["dtype"]))
-        n_params = sum(x.numel() for x in model.parameters())
-        log(
-            f"[tiny] {n_params / 1e6:.2f}M params; warm start: {warm['steps']} supervised steps in {warm['dtype']}"
-        )
-        result = warm_start(model, tok, supervised, warm, seed, log=log)
-        result["trained_sha256"] = weights_digest(model)  # before the cast: every last bit of the training
-        model = model.to(torch.bfloat16)
-        readings = measure(model, tok)
-        model.config.dtype = "bfloat16"
-        model.generation_config.eos_token_id = EOS_ID
-        model.generation_config.pad_token_id = PAD_ID
-        model.save_pretrained(p["model"], safe_serialization=True)
-        tok.save_pretrained(p["model"])
-    finally:
-        torch.set_num_threads(threads_before)
-    info = {
-        **header,
-        "params": n_params,
-        "model_config": config_kwargs,
-        "splits": {name: len(rows) for name, rows in splits.items()},
-        "warm_start": {**result, **readings, **warm},
-        "arithmetic_used": arithmetic_used(),
-        "build_seconds": round(time.time() - t0, 1),
-    }
-    with open(p["info"], "w") as f:
-        json.dump(info, f, indent=1)
-    return info
 
 
 def build(out: str, seed: int = 0, warm: dict | None = None, size: str = DEFAULT_SIZE, log=print) -> dict:
@@ -324,7 +209,7 @@ def main(argv=None) -> None:
         ap.error(str(e))
     spec = json.loads(args.spec) if args.spec else {"warm": None, "extra": {}}
     if args.task == "countdown":
-        from openrlhf_dppo.tiny import countdown  # imports this module: loaded only when asked for
+        from openrlhf_dppo.tiny import countdown  # loaded only when asked for (reasoning-gym)
 
         info = countdown.ensure_built(
             args.out, args.seed, force=args.force, size=args.size, warm=spec["warm"], **spec["extra"]

@@ -32,7 +32,7 @@ import json
 import os
 import random
 
-from openrlhf_dppo.tiny import arithmetic, build, task, tokenizer
+from openrlhf_dppo.tiny import arithmetic, assets, task, tokenizer
 
 GENERATOR = dict(min_numbers=3, max_numbers=4, min_value=1, max_value=9, min_target=1, max_target=99)
 N_DRAWS, N_EVAL, N_DEV, N_TRAIN = 30_000, 500, 200, 2000  # about 9,700 distinct problems from 30,000 draws
@@ -126,29 +126,29 @@ def split(
     return {name: rows[cuts[k] : cuts[k + 1]] for k, name in enumerate(task.SPLITS)}
 
 
-# ---- the build: same model size, build command and warm-start rule as the first task (tiny/build.py) ----
+# ---- the build: same model size, build command and warm-start rule as the first task (tiny/assets.py) ----
 
 VOCAB = tokenizer.VOCAB + CHARS  # the task's own vocabulary: the first task's model and ids are untouched
 # seed 0: see benchmarks/RESULTS.md, "Second task: countdown". Its state is not rounded (state_bits None),
 # so its weights stay those its benchmarks were measured from; MKL then makes them differ between CPU
 # vendors (an Intel Xeon's build read held-out 0.112 solved / 0.156 score against the AMD EPYC's 0.124 / 0.168).
-WARM = dict(build.WARM, steps=1200, state_bits=None)
+WARM = dict(assets.WARM, steps=1200, state_bits=None)
 COUNTS = dict(n_eval=N_EVAL, n_dev=N_DEV, n_train=N_TRAIN, n_draws=N_DRAWS)  # split()'s sizes
 
 
-def model_config(size: str = build.DEFAULT_SIZE) -> dict:
+def model_config(size: str = assets.DEFAULT_SIZE) -> dict:
     """``transformers.Qwen3Config`` keyword arguments: the first task's ``size`` on this vocabulary."""
-    return build.model_config(size, vocab_size=len(VOCAB))
+    return assets.model_config(size, vocab_size=len(VOCAB))
 
 
-def fingerprint(seed: int, warm: dict, size: str = build.DEFAULT_SIZE, counts: dict = COUNTS) -> str:
+def fingerprint(seed: int, warm: dict, size: str = assets.DEFAULT_SIZE, counts: dict = COUNTS) -> str:
     """Hash of everything the build output depends on: sources, generator version and settings, seed."""
     from importlib.metadata import version
 
     h = hashlib.sha256()
     tiny = os.path.dirname(os.path.abspath(__file__))
     sources = [
-        os.path.join(tiny, n) for n in ("countdown.py", "task.py", "tokenizer.py", "build.py", "warm.py")
+        os.path.join(tiny, n) for n in ("countdown.py", "task.py", "tokenizer.py", "assets.py", "warm.py")
     ]
     sources.append(os.path.join(tiny, "arithmetic.py"))
     sources.append(os.path.join(os.path.dirname(tiny), "rewards", "countdown.py"))
@@ -196,14 +196,14 @@ def build_countdown(
     out: str,
     seed: int = 0,
     warm: dict | None = None,
-    size: str = build.DEFAULT_SIZE,
+    size: str = assets.DEFAULT_SIZE,
     counts: dict = COUNTS,
     log=print,
 ) -> dict:
-    """Build the countdown assets under ``out`` (the first task's layout, ``build.paths``); return the info.
+    """Build the countdown assets under ``out`` (the first task's layout, ``assets.paths``); return the info.
 
     ``counts``: ``split``'s sizes (smaller ones make a quick test build). The warm start is the first
-    task's (``build.train_and_save``: a fixed number of supervised steps in float64 on pinned arithmetic),
+    task's (``assets.train_and_save``: a fixed number of supervised steps in float64 on pinned arithmetic),
     here on the scratchpads (``solution``); the bf16 model is measured with the reward file's scorer.
     """
     warm = dict(WARM, **(warm or {}))
@@ -230,7 +230,7 @@ def build_countdown(
         "generator": GENERATOR,
     }
     tok = tokenizer.build_tokenizer(VOCAB)
-    info = build.train_and_save(
+    info = assets.train_and_save(
         out, seed, warm, model_config(size), tok, splits, supervised, measure, header, log
     )
     w = info["warm_start"]
@@ -245,14 +245,14 @@ def ensure_built(
     out: str,
     seed: int = 0,
     force: bool = False,
-    size: str = build.DEFAULT_SIZE,
+    size: str = assets.DEFAULT_SIZE,
     warm: dict | None = None,
     counts: dict = COUNTS,
     log=print,
 ) -> dict:
     """Build unless a build with the same fingerprint is already there; return the build info."""
     warm = dict(WARM, **(warm or {}))
-    p = build.paths(out)
+    p = assets.paths(out)
     if not force and all(os.path.exists(x) for x in p.values()):
         with open(p["info"]) as f:
             info = json.load(f)

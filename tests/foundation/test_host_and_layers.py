@@ -262,6 +262,66 @@ def test_the_static_check_sees_lazy_relative_and_dynamic_imports():
     ]
 
 
+def _module_edges(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """module -> the package modules it imports, lazy and ``TYPE_CHECKING`` imports included.
+    ``from a.b import c`` names ``a.b.c`` where that is a module, else ``a.b``. ``sources``: module name ->
+    (source, is it a package's ``__init__``)."""
+    edges = {}
+    for module, (source, is_package) in sources.items():
+        package = module if is_package else module.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    bits = package.split(".")
+                    base = ".".join(
+                        bits[: len(bits) - node.level + 1] + ([node.module] if node.module else [])
+                    )
+                found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in sources else base for a in node.names}
+        edges[module] = {m for m in found if m in sources and m != module}
+    return edges
+
+
+def _import_circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that reach one another through their imports, each sorted."""
+    reach = {}
+    for start in edges:
+        seen, todo = set(), [start]
+        while todo:
+            for m in edges[todo.pop()] - seen:
+                seen.add(m)
+                todo.append(m)
+        reach[start] = seen
+    circles = {frozenset({m} | {n for n in reach[m] if m in reach[n]}) for m in edges if m in reach[m]}
+    return sorted(sorted(c) for c in circles)
+
+
+def test_no_two_modules_reach_each_other_through_their_imports():
+    sources = {_module_name(p): (p.read_text(), p.name == "__init__.py") for p in PKG.rglob("*.py")}
+    circles = _import_circles(_module_edges(sources))
+    assert not circles, (
+        "import circles (move the shared piece into one of them or a third module): "
+        + "; ".join(" <-> ".join(c) for c in circles)
+    )
+
+
+def test_the_circle_check_sees_circles_through_lazy_relative_and_type_checking_imports():
+    sources = {
+        "pkg": ("", True),
+        "pkg.a": ("from pkg import b\n", False),
+        "pkg.b": ("if TYPE_CHECKING:\n    from pkg.c import X\n", False),
+        "pkg.c": ("def f():\n    from . import a\n", False),
+        "pkg.d": ("from pkg.a import y\nimport pkg.e\n", False),  # imports the circle, is not in it
+        "pkg.e": ("import os\n", False),
+    }
+    assert _import_circles(_module_edges(sources)) == [["pkg.a", "pkg.b", "pkg.c"]]
+    sources["pkg.e"] = ("from pkg import d\n", False)
+    assert _import_circles(_module_edges(sources)) == [["pkg.a", "pkg.b", "pkg.c"], ["pkg.d", "pkg.e"]]
+
+
 def _import_all_and_report_parts(part: str) -> subprocess.CompletedProcess:
     """Import every module of ``part`` in a fresh interpreter; print the package parts and host packages
     that ended up loaded."""

@@ -256,3 +256,29 @@ def test_the_heldout_plot_draws_seeds_thin_and_the_mean_bold(seeds):
     assert widths == [0.8] * 6 + [2.5] * 2  # six seeds thin, two arm means bold
     labels = {line.get_label() for line in by_time.get_lines() if not line.get_label().startswith("_")}
     assert labels == {"grpo_s* (mean of 3)", "dppo_s* (mean of 3)", "target"}
+
+
+def test_the_console_summary_fits_100_columns_and_the_full_tables_stay_in_report_md(
+    seeds, tmp_path, capsys, monkeypatch
+):
+    grpo, dppo = seeds
+    root = grpo[0].parent
+    monkeypatch.setenv("COLUMNS", "100")
+    argv = ["compare", str(root / "dppo_s*"), "--baseline", str(root / "grpo_s*")]
+    assert main([*argv, "--out", str(tmp_path / "rep")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 100, "\n".join(line for line in lines if len(line) > 100)
+    header = next(line for line in lines if line.split()[:2] == ["arm", "seeds"])
+    for words in ("final acc", "vs baseline", "time to target", "step speedup"):  # no header split mid-word
+        assert words in header, header
+    row = next(line for line in lines if line.split()[:2] == ["dppo_s*", "3"])
+    assert (
+        "0.39x" in row
+    )  # the matched-accuracy ratio of the headline (test_cli_arms_baseline_glob_and_report)
+    assert any("are in report.md" in line for line in lines)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| arm | seeds | final held-out acc | vs baseline | SE of one eval |" in md  # the full table
+    # the full tables are wider than 100 columns: the check above can fail
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main([*argv, "--tables"]) == 0
+    assert max(map(len, capsys.readouterr().out.splitlines())) > 100

@@ -72,7 +72,7 @@ def test_real_runs_speedups_by_hand():
 def test_real_runs_cli(tmp_path, capsys):
     out = tmp_path / "rep"
     assert main(["compare", str(DATA / "grpo"), str(DATA / "dppo"), "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
+    printed = " ".join(capsys.readouterr().out.split())  # the console wraps its sentences at its width
     assert "dppo is not comparable with grpo: differs in actor.model_name_or_path (model)" in printed
     md = (out / "report.md").read_text()
     # tokens 185 + 169 generated, 2 + 2 trained, none filtered (not logged); measured r_q 0 and r_o 1 next to the configured rates
