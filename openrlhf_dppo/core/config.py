@@ -133,8 +133,8 @@ class DPPOConfig:
     )
     unseen_prompts: str = option(
         "keep",
-        "keep probability of a prompt never rolled out: keep = always kept (q = 1, METHOD.md's rule: the "
-        "first epoch prunes no prompt); mean = scored like an average seen prompt (the mean score over "
+        "keep probability of a prompt never rolled out: keep = always kept (q = 1, the rule of "
+        "openrlhf_dppo/core/__init__.py, item 2: the first epoch prunes no prompt); mean = scored like an average seen prompt (the mean score over "
         "every prompt the history has seen, 1 before any) and drawn at the target rate with the rest, "
         "so the first epoch is pruned too (still unbiased: q > 0 and fixed before the rollout)",
         choices=UNSEEN_PROMPT_RULES,

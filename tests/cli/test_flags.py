@@ -1,4 +1,4 @@
-"""Each --dppo flag is written once, on its field: --help, the README table and docs/FLAGS.md follow."""
+"""Each --dppo flag is written once, on its field: --help and the table of docs/FLAGS.md follow."""
 
 import dataclasses
 import re
@@ -63,31 +63,34 @@ def test_help_shows_every_flag_with_its_field_help_default_and_choices(capsys):
             assert _squeezed(f"{spec.flag} {{{','.join(spec.choices)}}}") in out, spec.name
 
 
-def test_the_readme_table_is_the_generated_table():
-    readme = (ROOT / "README.md").read_text()
-    assert flags_table.section(readme) == flags_table.markdown_table(), (
-        "README's --dppo table is stale: run python -m openrlhf_dppo.cli.flags_table --write README.md"
+def test_the_flags_md_table_is_the_generated_table():
+    text = (ROOT / flags_table.TARGET).read_text()
+    assert text.count(flags_table.BEGIN) == 1
+    assert flags_table.section(text) == flags_table.markdown_table(), (
+        "docs/FLAGS.md's --dppo table is stale: run python -m openrlhf_dppo.cli.flags_table --write"
     )
     for spec in flags.flag_specs():
-        assert f"| `{spec.flag}` |" in readme
+        assert f"| `{spec.flag}` |" in text
 
 
 def test_the_table_generator_rewrites_only_the_marked_section(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\nbefore\n{flags_table.BEGIN}\n| old |\n{flags_table.END}\nafter\n")
-    out = subprocess.run(
-        [sys.executable, "-m", "openrlhf_dppo.cli.flags_table", "--write", str(readme)],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    text = readme.read_text()
-    assert text.startswith("# x\nbefore\n") and text.endswith(f"{flags_table.END}\nafter\n")
-    assert flags_table.section(text) == flags_table.markdown_table() and "| old |" not in text
+    doc = tmp_path / "docs" / "FLAGS.md"
+    doc.parent.mkdir()
+    for argv in (["--write", str(doc)], ["--write"]):  # a named file, and the default docs/FLAGS.md
+        doc.write_text(f"# x\nbefore\n{flags_table.BEGIN}\n| old |\n{flags_table.END}\nafter\n")
+        out = subprocess.run(
+            [sys.executable, "-m", "openrlhf_dppo.cli.flags_table", *argv],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        text = doc.read_text()
+        assert text.startswith("# x\nbefore\n") and text.endswith(f"{flags_table.END}\nafter\n")
+        assert flags_table.section(text) == flags_table.markdown_table() and "| old |" not in text
     with pytest.raises(ValueError, match="markers are missing"):
         flags_table.section("no markers here")
 
 
-def test_flags_md_names_only_flags_that_exist_and_leaves_the_table_to_the_readme():
+def test_flags_md_names_only_flags_that_exist_and_the_readme_links_the_table_without_a_copy():
     text = (ROOT / "docs" / "FLAGS.md").read_text()
     known = set(full_parser()._option_string_actions)
     # `--a.b_*` and `--a.b.*` name a family
@@ -98,4 +101,9 @@ def test_flags_md_names_only_flags_that_exist_and_leaves_the_table_to_the_readme
 
     unknown = sorted(f for f in named if not exists(f))
     assert named and not unknown, f"docs/FLAGS.md names flags that do not exist: {unknown}"
-    assert "| `--dppo." not in text and "README.md#dppo-flags" in text
+    outside = text.replace(flags_table.section(text), "")
+    assert "| `--dppo." not in outside  # the generated table is the only flag table there
+    readme = (ROOT / "README.md").read_text()
+    assert flags_table.BEGIN not in readme
+    assert not [line for line in readme.splitlines() if line.startswith("| `--dppo.")]  # no flag-table row
+    assert "docs/FLAGS.md#the-dppo-flags" in readme

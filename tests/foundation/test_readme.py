@@ -1,0 +1,78 @@
+"""The README leads and stays short; its results table is the "Current results" table of
+benchmarks/RESULTS.md, whose rows link the sections behind them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+RESULTS = (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
+
+
+def _words(text: str) -> int:
+    return len(text.split())  # as `wc -w` counts
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    """The cells of a markdown table's body rows (the header and the |---| line left out)."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+    assert len(rows) > 2 and set(lines[1]) <= set("|-"), text
+    return rows[2:]
+
+
+def _current_results() -> str:
+    """RESULTS' "Current results" section: from its heading to the next line that is not part of it."""
+    m = re.search(
+        r"^## Current results \((\d{4}-\d{2}-\d{2})\)\n(.*?)(?=^#|^Note on|\Z)", RESULTS, re.M | re.S
+    )
+    assert m, 'benchmarks/RESULTS.md has no "## Current results (YYYY-MM-DD)" section'
+    return m.group(0)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_is_at_most_1500_words_and_opens_with_the_paper():
+    assert _words(README) <= 1500, f"README.md has {_words(README)} words (at most 1,500)"
+    first_screen = "\n".join(README.splitlines()[:25])
+    assert "https://arxiv.org/abs/2603.04135" in first_screen
+    assert "No GPU run exists yet" in first_screen and "2.37x" in first_screen
+
+
+def test_the_readme_names_the_demo_and_the_test_command_ci_runs():
+    assert "make demo" in README and "make test" in README and ".ci/run" in README
+    assert re.search(r"^make test$", (ROOT / ".ci" / "run").read_text(), re.M)
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
+    assert {"demo", "test", "setup-gpu", "test-unit", "test-e2e"} <= targets
+
+
+def test_results_opens_with_a_dated_current_results_section_of_at_most_200_words():
+    section = _current_results()
+    assert RESULTS.index(section) == RESULTS.index("\n## ") + 1, "Current results is not the first section"
+    assert _words(section) <= 200, f"Current results has {_words(section)} words (at most 200)"
+
+
+def test_every_current_result_links_a_section_of_results_that_exists():
+    anchors = {_slug(h) for h in re.findall(r"^#+ (.+)$", RESULTS, re.M)}
+    for row in _table_rows(_current_results()):
+        links = re.findall(r"\]\(#([^)]+)\)", row[-1])
+        assert links and all(a in anchors for a in links), row
+
+
+def test_the_readme_table_is_the_current_results_table():
+    block = re.search(r"<!-- current-results -->\n(.*?)<!-- /current-results -->", README, re.S)
+    assert block, "README.md has no <!-- current-results --> table"
+    results = _table_rows(_current_results())
+    assert [row[:-1] for row in results] == _table_rows(block.group(1))  # all but the section links
+    assert "benchmarks/RESULTS.md#" + _slug(_current_results().splitlines()[0].lstrip("# ")) in README
+
+
+def test_the_table_check_fails_on_a_changed_figure():
+    block = re.search(r"<!-- current-results -->\n(.*?)<!-- /current-results -->", README, re.S).group(1)
+    results = [row[:-1] for row in _table_rows(_current_results())]
+    assert results != _table_rows(block.replace("0.56x", "0.50x", 1))
