@@ -5,6 +5,7 @@ CPU layer by name (``compat/cpu/device_choice.py``)."""
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 import ray
@@ -93,11 +94,16 @@ def test_stand_in_gpus_of_this_cpu_machine_are_not_detected():
     # real Ray: what this machine's node says about GPUs given by hand, the premise of the rule above
     if torch.cuda.is_available():
         pytest.fail("this test needs a machine without CUDA (its GPUs would be detected)")
+    # a driver's ray.init installs Ray's own SIGTERM / SIGINT handlers in this process, and shutdown
+    # leaves them: put the test process's back, so that later tests see their own signal handling
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     ray.init(address="local", num_cpus=1, num_gpus=2, include_dashboard=False, logging_level="ERROR")
     try:
         nodes = ray.nodes()
     finally:
         ray.shutdown()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     assert [n["Resources"].get("GPU") for n in nodes] == [2.0]
     assert dc.detected_gpus(nodes) == 0
 
