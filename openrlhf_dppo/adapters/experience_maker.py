@@ -267,8 +267,9 @@ def forward_partitions(lengths: list[int], budget: tuple[int, int, int], dp: int
     OpenRLHF's ``split_rollout_samples`` rounds the first-fit batch count DOWN to a multiple of the
     data-parallel size, so a batch can hold up to about twice the budget (first fit 2 dp - 1 -> dp
     batches); at 32k tokens and a 152k vocabulary that is tens of GB of fp32 logits. Here the count is
-    rounded UP and raised by ``dp`` until the balanced partitions fit (each length <= the budget, which
-    ``cli.validate`` checks, so one sequence a batch always fits)."""
+    rounded UP and raised by ``dp`` until the balanced partitions fit. Each length is within the budget
+    (``cli.validate``), so they fit at one sequence a batch; only where the rollouts are not a multiple
+    of ``dp`` and the last multiple below their count still does not fit is a batch left over it."""
     from openrlhf.utils.seqlen_balancing import (
         get_minimum_num_micro_batch_size,
         get_seqlen_balanced_partitions,

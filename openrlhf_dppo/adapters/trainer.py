@@ -25,9 +25,9 @@ Also: ``evaluate`` writes one eval line per evaluation with ``timing/eval`` (sec
 status.json and, for a fresh run (not resumed) with evaluation on, evaluates once before step 1 (step
 0). With ``--dppo.enable false`` the generator only observes (counts, reward checks) and OpenRLHF's
 experience maker and actor training step run unchanged (the differences are listed in the help of
-``--dppo.enable``, ``core.config``). Both arms train a rollout batch's whole train batches only
-(``--dppo.short_batch drop``, OpenRLHF's rule); what that leaves is counted as ``samples|tokens/untrained``
-by the actors. ``--dppo.short_batch train`` trains a batch smaller than one train batch (an epoch's short
+``--dppo.enable``, ``core.config``). Both arms make a rollout batch's whole train batches of optimizer
+steps (``--dppo.short_batch drop``, OpenRLHF's rule: none for a batch smaller than one); what no step
+trains (GRPO: also the rest after them) is counted as ``samples|tokens/untrained`` by the actors. ``--dppo.short_batch train`` trains a batch smaller than one train batch (an epoch's short
 last batch) as one optimizer step in both arms and adds those steps to the LR schedule
 (``short_batch_steps``).
 """

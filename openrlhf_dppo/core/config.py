@@ -169,11 +169,11 @@ class DPPOConfig:
 
     short_batch: str = option(
         "drop",
-        "with packed micro-batches (--train.dynamic_batch_enable; always on for DPPO) a rollout batch trains "
-        "as many optimizer steps as it holds whole --train.batch_size batches, in both arms; drop (OpenRLHF's "
-        "rule): an epoch's short last batch smaller than one train batch, and what whole train batches leave, "
-        "are not trained (counted as samples|tokens/untrained); train: a rollout batch smaller than one "
-        "train batch trains as one optimizer step (and the LR schedule counts it)",
+        "with packed micro-batches (--train.dynamic_batch_enable; always on for DPPO) a rollout batch makes "
+        "as many optimizer steps as it holds whole --train.batch_size batches, in both arms (GRPO leaves "
+        "what they leave untrained; DPPO spreads its kept rollouts over those steps); drop (OpenRLHF's "
+        "rule): a batch smaller than one train batch (an epoch's short last batch) is not trained, counted "
+        "as samples|tokens/untrained; train: such a batch is one optimizer step (the LR schedule counts it)",
         choices=SHORT_BATCH_RULES,
     )
 
