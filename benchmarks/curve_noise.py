@@ -1,96 +1,14 @@
-"""How much a run's held-out accuracy moves between evaluations late in training, against what the
-evaluation's own sampling noise explains.
-
-    python benchmarks/curve_noise.py --arm grpo='runs/tta2/grpo_s*' --arm refill='runs/tta2/refill_s*' \
-        [--from-frac 0.5] [--heldout DATASET]
-
-Per run, over the evaluations at or after ``--from-frac`` of its last evaluated step: the mean accuracy
-p, its standard deviation, the mean absolute change between consecutive evaluations, and the standard
-error a fixed policy would show, sqrt(p (1 - p) / n) with n the evaluated samples. A greedy evaluation of
-a fixed set has no sampling noise at all (the same prompts, argmax decoding), so that SE is the noise of
-the prompt SET, not of re-evaluating it: an sd well above it means the policy itself moves from one
-evaluation to the next. Per arm: the mean and the range over seeds.
-
-It reads the runs through compare's own path (``openrlhf_dppo.cli.compare.load_report``): the same arms,
-the same raw held-out points (the mean over the eval datasets all runs share, or ``--heldout``) and the
-same comparability warnings, printed under the table.
+"""Moved: the analysis lives in the package, ``openrlhf_dppo.report.curve_noise`` (``python -m
+openrlhf_dppo.report.curve_noise --help``, the arms of ``openrlhf-dppo compare``). This thin
+entry point keeps ``python benchmarks/curve_noise.py ...`` (benchmarks/RESULTS.md's commands) working.
 """
 
-from __future__ import annotations
-
-import argparse
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from openrlhf_dppo.cli.compare import load_report  # noqa: E402
-from openrlhf_dppo.report import RunDirError, Settings  # noqa: E402
-from openrlhf_dppo.report.curves import Curve, standard_error  # noqa: E402
-
-
-def run_noise(curve: Curve | None, from_frac: float) -> dict | None:
-    """The late-training statistics of one run's raw held-out points (None: fewer than 3 in the window)."""
-    if curve is None or not curve.steps:
-        return None
-    start = from_frac * curve.steps[-1]
-    accs = [a for step, a in zip(curve.steps, curve.raw) if step >= start]
-    if len(accs) < 3:
-        return None
-    p = statistics.fmean(accs)
-    se = standard_error(p, curve.n_samples)
-    return {
-        "evals": len(accs),
-        "mean": p,
-        "sd": statistics.stdev(accs),
-        "step_change": statistics.fmean(abs(b - a) for a, b in zip(accs, accs[1:])),
-        "set_se": float("nan") if se is None else se,
-    }
-
-
-def spread(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.fmean(values):.3f} ({min(values):.3f}-{max(values):.3f})"
-
-
-def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arm", action="append", required=True, metavar="NAME=GLOB", help="an arm's runs")
-    ap.add_argument(
-        "--from-frac", type=float, default=0.5, help="the window starts at this fraction of the last step"
-    )
-    ap.add_argument("--heldout", help="eval dataset (default: the mean over those all runs share)")
-    args = ap.parse_args(argv)
-    if not 0.0 <= args.from_frac < 1.0:
-        ap.error(f"--from-frac must be in [0, 1), got {args.from_frac}")
-    try:
-        report = load_report([], args.arm, None, Settings(eval_window=1, heldout=args.heldout))
-    except (RunDirError, ValueError) as err:
-        ap.error(str(err))
-    rows = []
-    for arm in report.arms:
-        stats = [s for s in (run_noise(m.heldout, args.from_frac) for m in arm.members) if s]
-        if not stats:
-            ap.error(f"--arm {arm.name}: no run has 3 held-out evaluations in its window")
-        rows.append({"arm": arm.name, "seeds": len(stats), **{k: [s[k] for s in stats] for k in stats[0]}})
-    print(
-        f"held-out accuracy ({report.heldout}) over each run's evaluations from {args.from_frac:g} of its last step on; mean (range) over seeds"
-    )
-    print(
-        "| arm | seeds | evals per run | mean acc | sd between evals | mean change eval to eval | SE of the prompt set |"
-    )
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        cells = [spread(r[k]) for k in ("mean", "sd", "step_change", "set_se")]
-        print(
-            f"| {r['arm']} | {r['seeds']} | {min(r['evals'])}-{max(r['evals'])} | " + " | ".join(cells) + " |"
-        )
-    for warning in report.warnings:
-        print(f"warning: {warning}")
-    return rows
-
+from openrlhf_dppo.report.curve_noise import main  # noqa: E402
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:], prog="benchmarks/curve_noise.py")

@@ -1,122 +1,14 @@
-"""Held-out accuracy at equal training time, per arm, mean and spread over seeds.
-
-    python benchmarks/heldout_at_time.py --arm grpo='runs/tta/grpo_s*' --arm shrink='runs/tta/shrink_s*' \
-        [--baseline grpo] [--fractions 0.25 0.5 0.75 1.0] [--heldout DATASET] [--eval-window 3]
-
-`openrlhf-dppo compare` answers "how long until the baseline's final accuracy?" When every arm runs the
-same number of steps, a faster arm stops earlier, and an arm that has not reached the target by its end
-is censored. This answers the other question: at a given training time, what held-out accuracy has
-each arm reached? Per arm: its final accuracy at its own mean training time beside the baseline's at
-that same time, then every arm at fractions of the baseline arm's mean training time.
-
-It reads the run directories through compare's own path (``openrlhf_dppo.cli.compare.load_report``):
-the same arms, the same held-out curves (the mean over the eval datasets all runs share, a running
-median of ``--eval-window`` eval points against ``time/train_s``, ``openrlhf_dppo.report.curves``) and
-the same comparability checks (``openrlhf_dppo.report.checks``), whose warnings are printed under the
-table. A curve is read by linear interpolation between its smoothed points. A run has no value at a
-time after its last eval ("ended") or before its first smoothed point ("not yet": before its first
-eval -- a resumed run has no step-0 eval -- or before the smoothing window fits); the count of seeds
-with a value is printed beside the mean.
+"""Moved: the analysis lives in the package, ``openrlhf_dppo.report.at_time`` (``python -m
+openrlhf_dppo.report.at_time --help``, the arms of ``openrlhf-dppo compare``). This thin
+entry point keeps ``python benchmarks/heldout_at_time.py ...`` (benchmarks/RESULTS.md's commands) working.
 """
 
-from __future__ import annotations
-
-import argparse
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from openrlhf_dppo.cli.compare import load_report  # noqa: E402
-from openrlhf_dppo.report import RunDirError, Settings  # noqa: E402
-from openrlhf_dppo.report.curves import Curve  # noqa: E402
-
-ENDED, NOT_YET, NO_EVAL = "ended", "not yet", "no eval"
-
-
-def value_at(times: list[float], values: list[float], t: float) -> float | None:
-    """The piecewise-linear curve through (times, values) at ``t``; None outside [times[0], times[-1]]."""
-    if not times or t < times[0] or t > times[-1]:
-        return None
-    for i in range(1, len(times)):
-        if t <= times[i]:
-            t0, t1, v0, v1 = times[i - 1], times[i], values[i - 1], values[i]
-            return v1 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
-    return values[-1]
-
-
-def reading_at(curve: Curve | None, t: float) -> float | str:
-    """The run's smoothed held-out accuracy at training time ``t``, or why it has none: ENDED after
-    its last eval, NOT_YET before its first smoothed point, NO_EVAL without a held-out curve."""
-    if curve is None:
-        return NO_EVAL
-    if t > curve.times[-1]:
-        return ENDED
-    points = [(ti, v) for ti, v in zip(curve.times, curve.smoothed) if v is not None]
-    if not points or t < points[0][0]:
-        return NOT_YET
-    return value_at([p[0] for p in points], [p[1] for p in points], t)
-
-
-def fmt(values: list[float | str | None]) -> str:
-    """Mean ± sd over the seeds with a value, "[k of n]" when some have none; else why none has one."""
-    known = [v for v in values if isinstance(v, float)]
-    if not known:
-        return " / ".join(sorted({str(v) if v is not None else "no value" for v in values}))
-    text = f"{statistics.fmean(known):.3f}"
-    if len(known) >= 2:
-        text += f" ± {statistics.stdev(known):.3f}"
-    if len(known) < len(values):
-        text += f" [{len(known)} of {len(values)}]"
-    return text
-
-
-def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arm", action="append", required=True, metavar="NAME=GLOB", help="an arm's runs")
-    ap.add_argument(
-        "--baseline", help="the arm whose mean training time the fractions refer to (default: first)"
-    )
-    ap.add_argument("--fractions", type=float, nargs="+", default=[0.25, 0.5, 0.75, 1.0])
-    ap.add_argument("--heldout", help="eval dataset (default: the mean over those all runs share)")
-    ap.add_argument("--eval-window", type=int, default=3, help="running-median window over eval points, odd")
-    args = ap.parse_args(argv)
-    try:
-        settings = Settings(eval_window=args.eval_window, heldout=args.heldout)
-        report = load_report([], args.arm, args.baseline, settings)
-    except (RunDirError, ValueError) as err:
-        ap.error(str(err))
-    base = report.baseline
-    base_time = statistics.fmean(s.train_time or 0.0 for s in base.members)
-    times = [f * base_time for f in args.fractions]
-    header = ["arm", "seeds", "training time (s)", "final acc", f"{base.name} at that time"] + [
-        f"acc at {f:g} x ({t:.0f} s)" for f, t in zip(args.fractions, times)
-    ]
-    print(
-        f"held-out accuracy ({report.heldout}, running median of {args.eval_window}) at fractions of "
-        f"{base.name}'s mean training time {base_time:.1f} s; mean ± sd over seeds, [k of n] = seeds with "
-        f"a value then ('{ENDED}': after the run's last eval, '{NOT_YET}': before its first smoothed point)"
-    )
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    rows = []
-    for arm in report.arms:
-        ends = [s.train_time or 0.0 for s in arm.members]
-        cells = [[reading_at(s.heldout, t) for s in arm.members] for t in times]
-        finals = [s.heldout.final if s.heldout else None for s in arm.members]
-        # the baseline's seeds at this arm's mean training time: equal time, not equal steps
-        base_then = [reading_at(s.heldout, statistics.fmean(ends)) for s in base.members]
-        rows.append({"arm": arm.name, "end": ends, "final": finals, "baseline_then": base_then,
-                     "at": dict(zip(args.fractions, cells))})  # fmt: skip
-        end = f"{statistics.fmean(ends):.1f}" + (f" ± {statistics.stdev(ends):.1f}" if len(ends) > 1 else "")
-        then = "(baseline)" if arm is base else fmt(base_then)
-        cols = [arm.name, str(arm.n), end, fmt(finals), then] + [fmt(c) for c in cells]
-        print("| " + " | ".join(cols) + " |")
-    for warning in report.warnings:
-        print(f"warning: {warning}")
-    return rows
-
+from openrlhf_dppo.report.at_time import main  # noqa: E402
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:], prog="benchmarks/heldout_at_time.py")

@@ -3,8 +3,8 @@
 One line per step, ``{"step", "index": [...], "q": [...], "rewards": [[G rewards], ...]}``: the step's
 rolled-out groups in order (dynamic filtering's dropped ones too), each with its prompt's dataset index,
 the probability q it was rolled out with (1 where DPPO did not draw it: GRPO, dynamic filtering's
-replacements) and its RAW rewards (before any length penalty). ``benchmarks/prompt_predictability.py``
-replays GRPO runs' logs through the prompt history.
+replacements) and its RAW rewards (before any length penalty). ``openrlhf-dppo advise`` and
+``report.predictability`` replay GRPO runs' logs through the prompt history.
 
 A resumed run appends the steps it redoes again (the file is not cut back to the checkpoint as
 metrics.jsonl is): ``read`` takes the last line of each step, and only the steps metrics.jsonl has

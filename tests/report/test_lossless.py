@@ -1,4 +1,4 @@
-"""benchmarks/lossless_limit.py on hand-made run directories (the heldout_at_time tests' own maker, with
+"""report.lossless (``python benchmarks/lossless_limit.py``) on hand-made run directories (the heldout_at_time tests' own maker, with
 the equal-reward share and step times written into the train lines): the time-weighted ratio by hand,
 the halves, the spread over seeds, and bad input."""
 
@@ -8,18 +8,13 @@ import contextlib
 import importlib.util
 import io
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import lossless_limit  # noqa: E402
+from openrlhf_dppo.report import lossless as lossless_limit
 
-_spec = importlib.util.spec_from_file_location(
-    "_hat_tests_ll", Path(__file__).with_name("test_heldout_at_time.py")
-)
+_spec = importlib.util.spec_from_file_location("_hat_tests_ll", Path(__file__).with_name("test_at_time.py"))
 _hat_tests = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_hat_tests)
 

@@ -1,20 +1,14 @@
-"""benchmarks/heldout_at_time.py: held-out accuracy read at equal training time, censored past a run's
+"""report.at_time (``python benchmarks/heldout_at_time.py``): held-out accuracy read at equal training time, censored past a run's
 end, through compare's own path (the same arms, curves, shared datasets and comparability warnings)."""
 
 import contextlib
-import importlib.util
 import io
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "heldout_at_time.py"
-_spec = importlib.util.spec_from_file_location("heldout_at_time", PATH)
-hat = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("heldout_at_time", hat)
-_spec.loader.exec_module(hat)
+from openrlhf_dppo.report import at_time as hat
 
 
 def test_value_at_interpolates_and_is_none_outside_the_curve():

@@ -1,4 +1,4 @@
-"""benchmarks/prompt_predictability.py and the prompt log it reads (``openrlhf_dppo.prompt_log``), on
+"""report.predictability (``python benchmarks/prompt_predictability.py``) and the prompt log it reads (``openrlhf_dppo.prompt_log``), on
 hand-made run directories: the uniform and oracle rows by hand, a task whose all-equal groups history can
 foresee (AUC 1, more gradient kept than a uniform draw), the AUC against a brute-force count, and bad
 input."""
@@ -10,7 +10,6 @@ import io
 import itertools
 import json
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +17,7 @@ import pytest
 
 from openrlhf_dppo import prompt_log
 from openrlhf_dppo import run_dir as R
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import prompt_predictability as pp  # noqa: E402
+from openrlhf_dppo.report import predictability as pp
 
 
 def make_run(

@@ -1,4 +1,4 @@
-"""benchmarks/curve_noise.py on hand-made run directories (the heldout_at_time tests' own maker): the late
+"""report.curve_noise (``python benchmarks/curve_noise.py``) on hand-made run directories (the heldout_at_time tests' own maker): the late
 window, the statistics against compare's binomial SE, and bad input."""
 
 from __future__ import annotations
@@ -8,18 +8,13 @@ import importlib.util
 import io
 import math
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import curve_noise  # noqa: E402
+from openrlhf_dppo.report import curve_noise
 
-_spec = importlib.util.spec_from_file_location(
-    "_hat_tests", Path(__file__).with_name("test_heldout_at_time.py")
-)
+_spec = importlib.util.spec_from_file_location("_hat_tests", Path(__file__).with_name("test_at_time.py"))
 _hat_tests = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_hat_tests)
 make_run = _hat_tests._run  # a run directory: train lines, an eval (500 samples) per step
