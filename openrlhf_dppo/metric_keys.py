@@ -74,6 +74,8 @@ WEIGHT_ESS_FRAC = "dppo/weight_ess_frac"
 NORMALIZER = "dppo/normalizer"
 NORMALIZER_TOKENS, NORMALIZER_SEQS = "dppo/normalizer_tokens", "dppo/normalizer_seqs"
 SAMPLE_WEIGHT = "dppo/sample_weight"  # per sequence (not logged): w_j * v_ji, weights KL / entropy terms
+# REINFORCE++-baseline: the batch's token mean m and inverse std 1/s of the returns (core/advantages.py)
+ADVANTAGE_TOKEN_MEAN, ADVANTAGE_TOKEN_RSTD = "dppo/advantage_token_mean", "dppo/advantage_token_rstd"
 
 # ---- DPPO: packing (core/packing.py, adapters/dispatch.py) -----------------------------------------
 PACK_DENSITY, PACK_MICRO_BATCHES = "dppo/pack_density", "dppo/pack_micro_batches"

@@ -12,7 +12,8 @@ rewards already on the rollouts:
 3. keep probabilities, a seeded mask and the weights in one call (``core.prune_completions``; a
    systematic draw keeps a multiple of the data-parallel size, with the p = 1 completions held at 1
    unless no multiple is reachable that way: ``dppo/completion_fixed_size_fallback``); A == 0
-   completions get p = 0 only when no KL (in reward or loss) or entropy term can give them a gradient
+   completions get p = 0 only when no KL (in reward or loss) or entropy term, and no batch whitening
+   (REINFORCE++-baseline), can give them a gradient
    (``dppo/completion_zero_prob_frac``: the fraction given p = 0, so a run shows whether the drop is on).
    ``samples|tokens/pruned`` are counted here, from the mask;
 4. the actor / reference forwards run ONLY on the kept completions (the parent's
@@ -20,7 +21,10 @@ rewards already on the rollouts:
 5. advantages as OpenRLHF computes them for group estimators (``compute_reward``: reward clipped to
    ``--reward.clip_range``, KL-in-reward added per token; ``get_cumulative_returns``), THEN the weight
    w_j v_ji = 1/(q_j p_ji) is folded in (``core.fold_weights``). With KL in the reward the weight
-   multiplies the whole per-token advantage (KL part included), which keeps that objective unbiased;
+   multiplies the whole per-token advantage (KL part included), which keeps that objective unbiased.
+   REINFORCE++-baseline (``reinforce_baseline``): the group mean is subtracted on the full group (step 2)
+   and the per-token returns are whitened with the batch's token mean and std, estimated from the trained
+   completions with their weights (``core.token_whitening``; a ratio, consistent, as the ``ht`` normaliser);
 6. the full-batch normalisers (``core.full_batch_normalizer``) and the packed per-rank dispatch plan
    (``adapters.dispatch``), returned with the experiences as ``PlannedExperiences.plan`` for
    ``balance_experiences`` (``adapters.trainer``).
@@ -52,6 +56,7 @@ from openrlhf_dppo.adapters.dispatch import (
 from openrlhf_dppo.adapters.samples_generator import response_tokens
 from openrlhf_dppo.adapters.step import PlannedExperiences, PromptDraw, StepContext
 from openrlhf_dppo.core import (
+    BATCH_WHITENED,
     FIXED_SIZE_DESIGNS,
     fold_weights,
     full_batch_normalizer,
@@ -59,6 +64,7 @@ from openrlhf_dppo.core import (
     micro_batch_capacity,
     prune_completions,
     step_generator,
+    token_whitening,
 )
 
 
@@ -76,6 +82,13 @@ def has_aux_terms(args) -> bool:
     kl = args.algo.kl.init_coef > 0
     entropy = args.actor.entropy_coef is not None and args.actor.entropy_coef != 0
     return kl or entropy
+
+
+def zero_advantage_is_exact(args) -> bool:
+    """True when a completion whose group advantage is 0 has no gradient, so p = 0 for it is exact: no KL or
+    entropy term, and no batch whitening (REINFORCE++-baseline subtracts the batch's token mean, which
+    gives such a completion the advantage -m / s)."""
+    return not has_aux_terms(args) and args.algo.advantage.estimator not in BATCH_WHITENED
 
 
 class DPPOExperienceMaker(RemoteExperienceMaker):
@@ -123,7 +136,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
             cfg.completion_keep_frac,
             cfg.completion_policy,
             cfg.p_min,
-            allow_zero=cfg.drop_zero_advantage and not has_aux_terms(self.args),
+            allow_zero=cfg.drop_zero_advantage and zero_advantage_is_exact(self.args),
             design=cfg.sampling,
             generator=step_generator(cfg.seed, step, 1),
             multiple_of=dp if cfg.sampling in FIXED_SIZE_DESIGNS else 1,
@@ -170,7 +183,9 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         train_ids = sorted(kept + fillers)
         kept_samples = [rollout_samples[i] for i in train_ids]
         experiences = self.make_experience(self._forward_batches(kept_samples, dp))
-        self._set_advantages(experiences, adv_flat[train_ids], weights[train_ids], rewards, train_ids)
+        metrics.update(
+            self._set_advantages(experiences, adv_flat[train_ids], weights[train_ids], rewards, train_ids)
+        )
 
         items = self._single_items(experiences)
         capacity = micro_batch_capacity(
@@ -227,8 +242,9 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         )
         return z_tok, z_seq
 
-    def _set_advantages(self, experiences, adv_kept, weights_kept, rewards, train_ids) -> None:
-        """Per-token advantages as OpenRLHF's group estimators make them, then the weights folded in."""
+    def _set_advantages(self, experiences, adv_kept, weights_kept, rewards, train_ids) -> dict:
+        """Per-token advantages as OpenRLHF's group estimators make them (REINFORCE++-baseline: then whitened
+        over the batch's tokens, ``_whiten``), then the weights folded in. Returns the whitening's metrics."""
         args, G = self.args, self.args.rollout.n_samples_per_prompt
         group_std = rewards.std(-1).repeat_interleave(G)[train_ids] if G > 1 else None
         for exp in experiences:
@@ -241,12 +257,34 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
                 reward_clip_range=args.reward.clip_range,
             )
             exp.returns = self.get_cumulative_returns(reward, exp.action_mask, 1.0)
-            exp.advantages = fold_weights(exp.returns, weights_kept[pos])
             exp.info["return"] = reward.sum(dim=-1)
             exp.info[SAMPLE_WEIGHT] = weights_kept[pos].float()
             if group_std is not None:
                 exp.info["group_reward_std"] = group_std[pos]
             exp.kl = None
+        whitened = args.algo.advantage.estimator in BATCH_WHITENED
+        metrics = self._whiten(experiences, weights_kept) if whitened else {}
+        for exp in experiences:
+            source = exp.advantages if whitened else exp.returns
+            exp.advantages = fold_weights(source, weights_kept[torch.tensor(exp.index, dtype=torch.long)])
+        return metrics
+
+    def _whiten(self, experiences, weights_kept) -> dict:
+        """REINFORCE++-baseline: advantages = (returns - m) / s over the rollout batch's response tokens, m and s
+        estimated from the trained completions with their weights 1/(q p) (``core.token_whitening``: the
+        full batch's statistics when nothing is pruned, Horvitz-Thompson ratios otherwise)."""
+        values, weight = [], []
+        for exp in experiences:
+            mask = exp.action_mask.to(torch.float64)  # (n, T)
+            w = weights_kept[torch.tensor(exp.index, dtype=torch.long)].to(mask.device, torch.float64)
+            values.append(exp.returns.flatten())
+            weight.append((w[:, None] * mask).flatten())
+        mean, rstd = token_whitening(
+            torch.cat(values), torch.cat(weight), std_norm=not self.args.algo.advantage.no_std_norm
+        )
+        for exp in experiences:
+            exp.advantages = ((exp.returns.to(torch.float64) - mean) * rstd).to(exp.returns.dtype)
+        return {rd.ADVANTAGE_TOKEN_MEAN: float(mean), rd.ADVANTAGE_TOKEN_RSTD: float(rstd)}
 
     @staticmethod
     def _single_items(experiences) -> list:

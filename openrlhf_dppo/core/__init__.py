@@ -2,7 +2,9 @@
 
 What is implemented, and where it departs from the paper (arXiv 2603.04135, whose exact formulas are
 not public; METHOD.md is the specification):
-1. Group advantages on the full group, OpenRLHF 0.11.2's formulas (``advantages``).
+1. Group advantages on the full group, OpenRLHF 0.11.2's formulas (``advantages``); REINFORCE++-baseline's
+   token-level batch whitening estimated from the kept completions by Horvitz-Thompson ratios
+   (``token_whitening``: consistent, not exactly unbiased, as the token-mean ``ht`` normaliser).
 2. Prompt pruning before rollout with q = clip(c * score, q_min, 1), score from a per-prompt history
    (``history``, ``keep_probs``); unseen prompts always kept.
 3. Completion pruning after reward, keep probabilities from a policy of ``COMPLETION_POLICIES`` (one
@@ -24,7 +26,7 @@ registered names and their one-line help: ``python -m openrlhf_dppo.cli.flags_ta
 Imports torch and numpy only: never the adapters or the host (OpenRLHF, Ray, DeepSpeed, vLLM).
 """
 
-from openrlhf_dppo.core.advantages import ESTIMATORS, group_advantages
+from openrlhf_dppo.core.advantages import BATCH_WHITENED, ESTIMATORS, group_advantages, token_whitening
 from openrlhf_dppo.core.config import DPPOConfig
 from openrlhf_dppo.core.history import REWARD_KINDS, PromptHistory
 from openrlhf_dppo.core.keep_probs import (
@@ -59,6 +61,7 @@ from openrlhf_dppo.core.weights import (
 )
 
 __all__ = [
+    "BATCH_WHITENED",
     "COMPLETION_POLICIES",
     "ESTIMATORS",
     "FIXED_SIZE_DESIGNS",
@@ -94,6 +97,7 @@ __all__ = [
     "sample_mask",
     "solve_clipped_scale",
     "step_generator",
+    "token_whitening",
     "weight_metrics",
     "weighted_aggregate",
 ]

@@ -168,3 +168,61 @@ def test_the_step_reports_how_many_completions_the_exact_zero_advantage_drop_gav
     assert zero_adv > 0  # rollout_batch makes every third group all-equal
     expected = zero_adv if kl == "none" else 0.0  # both are fractions of 24 completions (float32 vs 64)
     assert ctx.metrics["dppo/completion_zero_prob_frac"] == pytest.approx(expected, abs=1e-6)
+
+
+RB = ["--algo.advantage.estimator", "reinforce_baseline"]
+
+
+@pytest.mark.parametrize("kl", ["none", "reward", "loss"])
+@pytest.mark.parametrize("std_norm", [True, False])
+def test_reinforce_baseline_without_pruning_is_openrlhfs(kl, std_norm):
+    """REINFORCE++-baseline, nothing pruned: the group mean on the full groups, then the whole batch's
+    token mean and std, as OpenRLHF's own experience maker makes them (its float32 whitening against
+    our float64: equal to float32 rounding)."""
+    args = args_for(kl=kl, extra=RB + ([] if std_norm else ["--algo.advantage.no_std_norm"]))
+    G = args.rollout.n_samples_per_prompt
+    samples = tag(rollout_batch(5, G, seed=4), G)
+    n = len(samples)
+    ours, ctx = make(dppo_maker(args, DPPOConfig(drop_zero_advantage=False)), copy.deepcopy(samples))
+    host = grpo_maker(args, RemoteExperienceMaker).make_experience_batch(copy.deepcopy(samples))
+    grpo = grpo_maker(args).make_experience_batch(copy.deepcopy(samples))  # the GRPO arm's
+    a, b, c = (by_sample(e, list(range(n))) for e in (ours, host, grpo))
+    for i in range(n):
+        torch.testing.assert_close(a[i][0], b[i][0], rtol=1e-5, atol=1e-5)  # advantages
+        torch.testing.assert_close(a[i][0], c[i][0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a[i][1], b[i][1], rtol=1e-6, atol=1e-6)  # returns (before whitening)
+    # the whitening is really there: an all-equal group's completions get -m / s, not 0
+    assert ctx.metrics["dppo/advantage_token_mean"] != 0.0 and ctx.metrics["dppo/advantage_token_rstd"] > 0
+    if not std_norm:
+        assert ctx.metrics["dppo/advantage_token_rstd"] == 1.0
+
+
+def test_reinforce_baseline_under_pruning_whitens_with_the_horvitz_thompson_token_statistics():
+    """With prompt and completion pruning the token mean and std are the kept tokens' weighted by
+    1/(q p) (core.token_whitening), the weight is folded in after, and no completion gets the exact
+    A == 0 drop: the batch mean gives it the advantage -m / s."""
+    args = args_for(dp=2, extra=RB)
+    G = args.rollout.n_samples_per_prompt
+    q = torch.tensor([0.5, 1.0, 0.25, 0.8, 1.0, 0.4])
+    samples = tag(rollout_batch(6, G, seed=2), G, q)
+    cfg = DPPOConfig(completion_prune_rate=0.5, completion_policy="proportional", p_min=0.1, seed=3)
+    experiences, ctx = make(dppo_maker(args, cfg), samples, step=4)
+    assert ctx.metrics["dppo/completion_zero_prob_frac"] == 0.0  # no free drop under whitening
+    num = den = sq = 0.0
+    rows = []
+    for e in experiences:
+        w = e.info[SAMPLE_WEIGHT].double()
+        for b in range(len(e.index)):
+            m = e.action_mask[b].bool()
+            rows.append((e.returns[b][m].double(), float(w[b]), e.advantages[b][m].double()))
+    for ret, w, _ in rows:
+        num, den = num + w * float(ret.sum()), den + w * len(ret)
+    mean = num / den
+    for ret, w, _ in rows:
+        sq += w * float((ret - mean).pow(2).sum())
+    rstd = (sq / den) ** -0.5
+    assert ctx.metrics["dppo/advantage_token_mean"] == pytest.approx(mean, rel=1e-6)  # info weights: float32
+    assert ctx.metrics["dppo/advantage_token_rstd"] == pytest.approx(rstd, rel=1e-6)
+    for ret, w, adv in rows:
+        torch.testing.assert_close(adv, ((ret - mean) * rstd * w), rtol=1e-5, atol=1e-6)
+    assert min(w for _, w, _ in rows) >= 1.0 and len({w for _, w, _ in rows}) > 1  # really reweighted

@@ -108,3 +108,66 @@ def simulate(
     z_bad = d_bad.mean(0) / (d_bad.std(dim=0) / R**0.5)
     var_ratio = float(est.var(dim=0).sum() / full.var(dim=0).sum())
     return Result(d.mean(0), se, d.mean(0) / se, z_bad, var_ratio, float(cmask.double().mean()))
+
+
+@dataclass
+class WhitenedResult:
+    z: torch.Tensor  # (K,) z of g_hat - g, g_hat at the full batch's (m, s): the exact part
+    z_kept_count: torch.Tensor  # (K,) the same with the kept count as normaliser (the control)
+    mean_err: torch.Tensor  # (R,) m_hat - m, m_hat the Horvitz-Thompson token mean of the kept
+    rstd_err: torch.Tensor  # (R,) 1/s_hat - 1/s
+    mean_err_unweighted: torch.Tensor  # (R,) the kept tokens' plain mean - m (the control)
+    grad_err: torch.Tensor  # (R, K) g_hat - g with (m_hat, s_hat) estimated: the ratio estimator
+
+
+def simulate_whitened(toy: Toy, R: int, rate: float, seed: int = 0, tile: int = 1) -> WhitenedResult:
+    """REINFORCE++-baseline on the toy, both levels pruned at ``rate`` (systematic draws, proportional
+    completion policy, floors 0.05). Completion i of prompt j has n_ji = 1 + y_ji tokens, each with the
+    return c_ji (the group-centred reward; no KL) and the toy's log-prob gradient, so
+    grad l_ji = -n_ji (c_ji - m) / s (e_y - pi_j), with m, s the batch's token mean and std
+    (``core.token_whitening``). ``tile``: the batch is the toy's B prompts repeated ``tile`` times."""
+    from openrlhf_dppo.core import token_whitening
+
+    gen = torch.Generator().manual_seed(seed)
+    B, G, K = toy.B * tile, toy.G, toy.K
+    pi, correct = toy.pi.repeat(tile, 1), toy.correct.repeat(tile)
+    scores = toy.scores.repeat(tile)
+    u = torch.rand(R, B, G, 1, generator=gen, dtype=torch.float64)
+    y = (u > pi.cumsum(-1)[None, :, None, :]).sum(-1).clamp_max(K - 1)
+    rewards = (y == correct[None, :, None]).double()
+    c = group_advantages(rewards.reshape(R * B, G), "reinforce_baseline").reshape(R, B * G)
+    n = (1 + y).double().reshape(R, B * G)
+    dirs = (torch.nn.functional.one_hot(y, K).double() - pi[None, :, None, :]).reshape(R, B * G, K)
+    q, _ = prompt_keep_probs(scores, 1.0 - rate, q_min=0.05)
+    pmask, q_used = sample_mask(q.expand(R, B).contiguous(), "systematic", gen)
+    valid = pmask[:, :, None].expand(R, B, G).reshape(R, B * G)
+    p, _ = completion_keep_probs(c, 1.0 - rate, "proportional", 0.05, False, valid=valid)
+    cmask, p_used = sample_mask(p, "systematic", gen)
+    cmask &= valid
+    pw = torch.where(pmask, 1.0 / q_used, 0.0)[:, :, None].expand(R, B, G).reshape(R, B * G)
+    w = torch.where(cmask, pw / torch.where(cmask, p_used, 1.0), 0.0)  # (R, B*G): 1/(q p) or 0
+
+    def stats(weight_row, r):  # token stats of replicate r with per-completion weights
+        tok_w = weight_row.repeat_interleave(n[r].long())
+        return token_whitening(c[r].repeat_interleave(n[r].long()), tok_w)
+
+    Z = B * G
+    full, oracle, est, kept_count = (torch.empty(R, K, dtype=torch.float64) for _ in range(4))
+    mean_err, rstd_err, plain_err = (torch.empty(R, dtype=torch.float64) for _ in range(3))
+    for r in range(R):
+        m, rs = stats(torch.ones(B * G, dtype=torch.float64), r)
+        m_hat, rs_hat = stats(w[r], r)
+        m_plain, _ = stats(cmask[r].double(), r)
+        per = -(n[r] * c[r])[:, None] * dirs[r]  # (B*G, K): the gradient's part in c
+        base = -n[r][:, None] * dirs[r]  # the part multiplied by -m
+        g_full = (per - m * base) * rs
+        full[r] = g_full.sum(0) / Z
+        oracle[r] = (w[r][:, None] * g_full).sum(0) / Z
+        kept_count[r] = (w[r][:, None] * g_full).sum(0) / max(int(cmask[r].sum()), 1)
+        est[r] = (w[r][:, None] * (per - m_hat * base) * rs_hat).sum(0) / Z
+        mean_err[r], rstd_err[r], plain_err[r] = m_hat - m, rs_hat - rs, m_plain - m
+
+    def z(d):
+        return d.mean(0) / (d.std(dim=0) / R**0.5)
+
+    return WhitenedResult(z(oracle - full), z(kept_count - full), mean_err, rstd_err, plain_err, est - full)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from openrlhf_dppo.core import group_advantages
+from openrlhf_dppo.core import group_advantages, token_whitening
 
 
 def test_group_norm_hand():
@@ -75,3 +75,42 @@ def test_errors():
         group_advantages(torch.zeros(2, 2), "rloo")
     with pytest.raises(ValueError, match="n_groups, G"):
         group_advantages(torch.zeros(4), "group_norm")
+
+
+def test_reinforce_baselines_group_step_is_the_group_mean_subtracted():
+    r = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.5, 0.5]])
+    assert torch.equal(group_advantages(r, "reinforce_baseline"), group_advantages(r, "dr_grpo"))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_token_whitening_with_unit_weights_is_openrlhfs_batch_whitening(seed):
+    # OpenRLHF 0.11.2 (reinforce_baseline): mean = sum(m v) / sum(m), var = sum(m (v - mean)^2) / sum(m),
+    # rstd = clamp(var, 1e-8).rsqrt(), over every action token of the batch
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(5, 7, generator=g, dtype=torch.float64)
+    m = torch.rand(5, 7, generator=g) > 0.3
+    mean, rstd = token_whitening(v[m], torch.ones(int(m.sum()), dtype=torch.float64))
+    host_mean = (v * m).sum() / m.sum()
+    host_rstd = (((v - host_mean).pow(2) * m).sum() / m.sum()).clamp(min=1e-8).rsqrt()
+    torch.testing.assert_close(mean, host_mean, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(rstd, host_rstd, rtol=1e-12, atol=1e-12)
+    # the same as a weighted sample: a token of weight 2 counts as two tokens
+    dup = torch.cat([v[m], v[m][:3]])
+    w = torch.ones(int(m.sum()), dtype=torch.float64)
+    w[:3] = 2.0
+    for a, b in zip(
+        token_whitening(v[m], w), token_whitening(dup, torch.ones(len(dup), dtype=torch.float64))
+    ):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert mean.dim() == rstd.dim() == 0 and mean.device == v.device
+
+
+def test_token_whitening_without_std_norm_only_centres_and_no_weight_gives_identity():
+    v, w = torch.tensor([1.0, 3.0]), torch.tensor([1.0, 3.0])
+    mean, rstd = token_whitening(v, w, std_norm=False)
+    assert float(mean) == 2.5 and float(rstd) == 1.0
+    mean, rstd = token_whitening(v, torch.zeros(2))  # only zero-weight fillers were trained
+    assert (float(mean), float(rstd)) == (0.0, 1.0)
+    assert float(token_whitening(torch.ones(4), torch.ones(4))[1]) == pytest.approx(1e4)  # var clamped
+    with pytest.raises(ValueError, match=r"\(N,\)"):
+        token_whitening(torch.zeros(2, 2), torch.zeros(2, 2))

@@ -221,3 +221,39 @@ def test_a_prune_rate_set_from_earlier_steps_by_the_zero_share_control_stays_unb
     assert z.abs().max() > 4.0, (
         f"weights that do not match the controlled rate not detected: z = {z.tolist()}"
     )
+
+
+# ---- REINFORCE++-baseline: the exact part (given the batch statistics) and the ratio part ---------------
+
+
+@pytest.mark.parametrize("rate", [0.5, 0.7])
+def test_reinforce_baseline_is_unbiased_given_the_batch_token_statistics(toy, rate):
+    from dppo_mc_sim import simulate_whitened
+
+    res = simulate_whitened(toy, 4000, rate, seed=_seed("rb", rate))
+    assert res.z.abs().max() < 4.0, f"bias detected: z = {res.z.tolist()}"
+    assert res.z_kept_count.abs().max() > 4.0, f"kept-count normaliser not detected: {res.z_kept_count}"
+
+
+def test_reinforce_baselines_estimated_token_statistics_are_consistent_and_the_unweighted_ones_are_not(toy):
+    """m_hat and 1/s_hat are ratios of Horvitz-Thompson sums: biased for a small batch, but their error
+    (bias and spread) falls as the batch grows (16x the prompts: 1/sqrt(16) = 1/4 asymptotically; about 0.2
+    for m here); the kept tokens' plain mean (no 1/(q p)) stays off by the same amount (its bias does not
+    fall): it is inconsistent. The gradient's error falls with them."""
+    from dppo_mc_sim import simulate_whitened
+
+    small = simulate_whitened(toy, 1500, 0.5, seed=_seed("rb-small"))
+    large = simulate_whitened(toy, 1500, 0.5, seed=_seed("rb-large"), tile=16)
+
+    def rms(x):
+        return float(x.pow(2).mean().sqrt())
+
+    assert rms(large.mean_err) < 0.4 * rms(small.mean_err)
+    # 1/s_hat: a small kept set whose tokens share one return has s_hat ~ 0 (1/s_hat clamped at 1e4), so
+    # its RMS is dominated by those draws; the median error falls from about 0.63 to 0.27 here
+    assert float(large.rstd_err.abs().median()) < 0.6 * float(small.rstd_err.abs().median())
+    assert rms(large.grad_err) < 0.5 * rms(small.grad_err)
+    bias = float(large.mean_err_unweighted.mean())
+    se = float(large.mean_err_unweighted.std()) / 1500**0.5
+    assert abs(bias) > 4 * se and abs(bias) > 0.5 * abs(float(small.mean_err_unweighted.mean()))
+    assert abs(float(large.mean_err.mean())) < 4 * float(large.mean_err.std()) / 1500**0.5 + 0.1 * abs(bias)

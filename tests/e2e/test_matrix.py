@@ -289,3 +289,32 @@ def test_colocated_dr_grpo_with_the_constant_token_normaliser(colocated):
     )
     assert events, "no tensorboard event file"
     assert any(b"dppo/weight_ess" in open(e, "rb").read() for e in events)
+
+
+# ---- ProRL v2's recipe: REINFORCE++-baseline with its other flags that DPPO takes ---------------------
+
+PRORL = [
+    "--algo.advantage.estimator", "reinforce_baseline", "--algo.kl.init_coef", "1e-4", "--algo.kl.use_loss",
+    "--algo.kl.estimator", "k2", "--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0", "1",
+    "--actor.eps_clip_low_high", "0.2", "0.27", "--algo.advantage.is_correction_level", "token",
+    "--algo.advantage.is_correction_mode", "mask", "--algo.advantage.is_correction_threshold", "0.5", "5.0",
+    "--reward.stop_properly_penalty_coef", "0.0",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def prorl(tiny, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("prorl"))
+    return run_cli(out, flags_for(out, *PRORL))
+
+
+def test_prorl_v2s_reinforce_baseline_recipe_trains_with_the_batch_whitening_estimated(prorl):
+    rows = check_run(prorl, [1, 2])
+    check_unpruned_first_step(rows[0], filtered=True)
+    for r in rows:
+        # the batch's token statistics were estimated and applied: a centred return has a spread
+        assert math.isfinite(r["dppo/advantage_token_mean"]) and r["dppo/advantage_token_rstd"] > 0
+        # KL in the loss, and the whitening's -m / s: no completion gets the exact A == 0 drop
+        assert r["dppo/completion_zero_prob_frac"] == 0.0
+        assert "kl" in r and "is_filter_ratio" in r  # KL loss and the rollout IS correction ran
+    assert rows[1]["prompts/pruned"] + rows[1]["prompts/rolled_out"] == rows[1]["prompts/drawn"]
