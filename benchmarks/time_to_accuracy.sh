@@ -16,6 +16,8 @@
 #            gradient (--dppo.prompt_rate_control zero-share; R_Q, 0.5, is only the first step's rate)
 #   grpo-half  GRPO with half the prompts a step (PROMPTS / 2): the batch shrink rolls out at r_q = 0.5, a
 #            control for "is it only a smaller batch?" (compare calls it not comparable: its batch differs)
+# Every DPPO arm runs train_tiny_cpu.sh with MODE=custom (its flags as written here; zero-share is what
+# --dppo.mode recommended expands to).
 # The runs are interleaved (seed 1 of every arm, then seed 2, ...), so slow drift in the machine's load
 # reaches every arm alike. Then `openrlhf-dppo compare` over all runs writes the report (mean and spread
 # over seeds; training time = the sum of step times, start-up and evaluation excluded) to $OUT/report; a
@@ -67,12 +69,12 @@ arm_env() {  # arm -> "ALGO [VAR=value ...] extra-flags...": the VAR=value words
         echo "arm 'grpo-half' needs PROMPTS >= 2 (it runs PROMPTS / 2 a step), got '${PROMPTS:-64}'" >&2; return 2
       fi
       echo "grpo PROMPTS=$(( ${PROMPTS:-64} / 2 ))" ;;
-    shrink) echo "dppo --dppo.prompt_batch shrink" ;;
-    refill) echo "dppo --dppo.prompt_batch refill" ;;
-    shrink-unseen) echo "dppo --dppo.prompt_batch shrink --dppo.unseen_prompts mean" ;;
-    refill-unseen) echo "dppo --dppo.prompt_batch refill --dppo.unseen_prompts mean" ;;
-    shrink-unseen-ro0) echo "dppo R_O=0 --dppo.prompt_batch shrink --dppo.unseen_prompts mean" ;;
-    zero-share) echo "dppo R_O=0 --dppo.prompt_batch shrink --dppo.unseen_prompts mean" \
+    shrink) echo "dppo MODE=custom --dppo.prompt_batch shrink" ;;
+    refill) echo "dppo MODE=custom --dppo.prompt_batch refill" ;;
+    shrink-unseen) echo "dppo MODE=custom --dppo.prompt_batch shrink --dppo.unseen_prompts mean" ;;
+    refill-unseen) echo "dppo MODE=custom --dppo.prompt_batch refill --dppo.unseen_prompts mean" ;;
+    shrink-unseen-ro0) echo "dppo MODE=custom R_O=0 --dppo.prompt_batch shrink --dppo.unseen_prompts mean" ;;
+    zero-share) echo "dppo MODE=custom R_O=0 --dppo.prompt_batch shrink --dppo.unseen_prompts mean" \
                      "--dppo.prompt_rate_control zero-share" ;;
     df) echo "grpo --algo.dynamic_filtering_enable --algo.dynamic_filtering_range ${DF_RANGE[*]}" ;;
     *) echo "unknown arm '$1' (grpo, shrink, refill, df, shrink-unseen, refill-unseen, shrink-unseen-ro0," \

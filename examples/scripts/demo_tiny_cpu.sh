@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job on a CPU machine: GRPO, then DPPO (r_q = r_o = 0.5) with the same seed, on the embedded
+# The main job on a CPU machine: GRPO, then DPPO (--dppo.mode recommended) with the same seed, on the embedded
 # tiny task through OpenRLHF's real Ray pipeline (examples/scripts/train_tiny_cpu.sh), then the
 # comparison: held-out accuracy against training time, step times, tokens generated / trained / pruned.
 #

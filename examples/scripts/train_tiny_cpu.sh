@@ -25,7 +25,10 @@
 #                        warm-up either way
 #   PROMPTS [64]         prompts per step;  SAMPLES [8]: completions per prompt (temperature 1)
 #   EVAL_STEPS [10]      evaluate the held-out set every this many steps (greedy, 500 prompts)
-#   R_Q, R_O [0.5 0.5]   DPPO's prompt and completion prune rates (dppo only)
+#   MODE [recommended]   dppo only: recommended (--dppo.mode recommended: zero-share prompt pruning from 0.5,
+#                        unseen prompts drawn, no completion pruning) | custom (fixed rates R_Q, R_O)
+#   R_Q, R_O [custom: 0.5 0.5]  DPPO's prompt and completion prune rates (dppo only; under MODE=recommended
+#                        only when set, overriding the mode's)
 #   POOL [2000]          training prompts: all 2000 of $TINY/data/train.jsonl, a number N (its first N,
 #                        written to $TINY/data/train_N.jsonl), or auto: all of them, or for a run shorter
 #                        than three epochs of them a third of the prompts it draws (see below)
@@ -40,10 +43,17 @@ cd "$(dirname "$0")/../.."
 
 ALGO=${ALGO:-grpo}
 SEED=${SEED:-1}
+MODE=${MODE:-recommended}
+case "$MODE" in
+  recommended)  # --dppo.mode recommended; R_Q / R_O, when set, override its rates
+    DPPO_FLAGS=(--dppo.mode recommended ${R_Q:+--dppo.prompt_prune_rate "$R_Q"}
+                ${R_O:+--dppo.completion_prune_rate "$R_O"}) ;;
+  custom) DPPO_FLAGS=(--dppo.prompt_prune_rate "${R_Q:-0.5}" --dppo.completion_prune_rate "${R_O:-0.5}") ;;
+  *) echo "MODE must be recommended or custom, got '$MODE'" >&2; exit 2 ;;
+esac
 case "$ALGO" in
   grpo) ALGO_FLAGS=(--dppo.enable false) ;;
-  dppo) ALGO_FLAGS=(--dppo.enable true --dppo.prompt_prune_rate "${R_Q:-0.5}"
-                    --dppo.completion_prune_rate "${R_O:-0.5}" --dppo.seed "$SEED") ;;
+  dppo) ALGO_FLAGS=(--dppo.enable true "${DPPO_FLAGS[@]}" --dppo.seed "$SEED") ;;
   *) echo "ALGO must be grpo or dppo, got '$ALGO'" >&2; exit 2 ;;
 esac
 

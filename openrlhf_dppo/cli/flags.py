@@ -13,7 +13,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass
 
-from openrlhf_dppo.core.config import DPPOConfig, DPPOConfigError, field_choices, option
+from openrlhf_dppo.core.config import MODE_PRESETS, DPPOConfig, DPPOConfigError, field_choices, option
 
 GROUP_TITLE = "DPPO"
 GROUP_DESCRIPTION = "Dynamic Pruning Policy Optimization (openrlhf-dppo)"
@@ -167,3 +167,34 @@ def dppo_values_from_flags(flags: dict) -> dict:
     """The ``--dppo.*`` values of a flat (not yet hierarchized) namespace's dict, by field name."""
     prefix = "dppo."
     return {k[len(prefix) :]: v for k, v in flags.items() if k.startswith(prefix)}
+
+
+MODE_FLAG = "--dppo.mode"
+
+
+def expand_mode(argv: list[str]) -> tuple[list[str], str | None]:
+    """``--dppo.mode NAME`` (the last one wins, ``--dppo.mode=NAME`` too): the preset's flags
+    (``core.config.MODE_PRESETS``) go in front of ``argv``, so every flag the command line gives wins over
+    them. Returns (argv, a line saying what the preset set, or None). An unknown name is left to the
+    parser, which refuses it with the valid choices."""
+    name = None
+    for i, tok in enumerate(argv):
+        if tok == MODE_FLAG and i + 1 < len(argv):
+            name = argv[i + 1]
+        elif tok.startswith(MODE_FLAG + "="):
+            name = tok.split("=", 1)[1]
+    preset = MODE_PRESETS.get(name or "", {})
+    if not preset:
+        return list(argv), None
+    flags = [
+        w
+        for k, v in preset.items()
+        for w in (f"--dppo.{k}", str(v).lower() if isinstance(v, bool) else str(v))
+    ]
+    given = {tok.split("=", 1)[0] for tok in argv if tok.startswith("--dppo.")}
+    kept = [f"{f} {v}" for f, v in zip(flags[::2], flags[1::2]) if f not in given]
+    overridden = [f for f in flags[::2] if f in given]
+    note = f"--dppo.mode {name}: " + (", ".join(kept) if kept else "nothing")
+    if overridden:
+        note += f" (the command line's own {', '.join(overridden)} kept)"
+    return flags + list(argv), note

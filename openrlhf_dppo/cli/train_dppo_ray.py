@@ -36,7 +36,7 @@ import time
 from types import SimpleNamespace
 from typing import Callable, Sequence
 
-from openrlhf_dppo.cli.flags import add_dppo_arguments
+from openrlhf_dppo.cli.flags import add_dppo_arguments, expand_mode
 from openrlhf_dppo.cli.validate import FlagError, validate
 from openrlhf_dppo.compat import cpu
 from openrlhf_dppo.precision import prepare_parser
@@ -155,6 +155,7 @@ def main(
         argv = expand_argv(argv)
     except ConfigError as err:
         raise SystemExit(f"train_dppo_ray: --config: {err}") from err
+    argv, mode_note = expand_mode(argv)  # --dppo.mode's flags in front: the command line's own win
     origin, tree = _load_openrlhf_main()
     state = SimpleNamespace(cfg=None, opts=None, result=None, parser=None, training=False, choice=None)
 
@@ -171,6 +172,8 @@ def main(
             state.cfg, state.opts = validate(vars(ns), check_inputs=check_inputs)
         except FlagError as err:  # the message alone: OpenRLHF's usage text runs to hundreds of lines
             parser.exit(2, f"{parser.prog}: error: {err}\n")
+        for line in ([mode_note] if mode_note and state.cfg.enable else []) + state.cfg.notices():
+            print(f"[openrlhf-dppo] {line}")
         if state.cfg.enable and not getattr(ns, "train.dynamic_batch_enable"):
             print("[openrlhf-dppo] DPPO trains packed micro-batches: turning on --train.dynamic_batch_enable")
             setattr(ns, "train.dynamic_batch_enable", True)

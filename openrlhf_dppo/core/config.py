@@ -24,6 +24,22 @@ from openrlhf_dppo.core.weights import TOKEN_NORMALIZERS
 PROMPT_BATCH_MODES = ("shrink", "refill")
 SHORT_BATCH_RULES = ("drop", "train")
 UNSEEN_PROMPT_RULES = ("keep", "mean")
+#: --dppo.mode: a name for a set of flags. ``custom``: the flags as given; a preset stands for the flags below,
+#: which the command line expands in front of the user's own (``cli.flags.expand_mode``: a flag given on the
+#: command line wins), so run_config.json's argv records them.
+MODE_PRESETS = {
+    "custom": {},
+    # the closest to GRPO's final held-out accuracy in the least training time on both CPU tasks
+    # (benchmarks/RESULTS.md, "Current results"): the prune rate follows the measured share of groups
+    # without gradient, unseen prompts are drawn too (the first epoch is pruned), no completion pruning
+    # beyond the exact A == 0 drop
+    "recommended": {
+        "prompt_rate_control": "zero-share",
+        "prompt_prune_rate": 0.5,
+        "unseen_prompts": "mean",
+        "completion_prune_rate": 0.0,
+    },
+}
 
 
 class DPPOConfigError(ValueError):
@@ -64,6 +80,14 @@ class DPPOConfig:
         "OpenRLHF alone: group statistics in float64 as DPPO's (a group of equal rewards gets advantage 0 "
         "exactly), an evaluation before step 1 when evaluation is on, the run-directory files, and without "
         "--train.dynamic_batch_enable a rank's partial last micro-batch is refused where OpenRLHF drops it",
+    )
+    mode: str = option(
+        "custom",
+        "a named flag set: custom = the --dppo.* flags as given; recommended = --dppo.prompt_rate_control "
+        "zero-share --dppo.prompt_prune_rate 0.5 --dppo.unseen_prompts mean --dppo.completion_prune_rate 0 "
+        "(the best time to GRPO's accuracy on both CPU tasks; the first epoch is pruned too), expanded in "
+        "front of the command line's own flags, which win",
+        choices=tuple(MODE_PRESETS),
     )
     prompt_prune_rate: float = option(
         0.0,
@@ -243,6 +267,26 @@ class DPPOConfig:
                 f"needs --dppo.prompt_batch shrink (got {self.prompt_batch}): refill sizes its draw from a fixed "
                 "rate, floor(B / (1 - r_q))",
             )
+
+    def notices(self) -> list[str]:
+        """What these settings leave unpruned that a user may not expect, one line each (printed at start)."""
+        if not self.enable:
+            return []
+        out = []
+        prompts = self.prompt_rate_control == "zero-share" or self.prompt_prune_rate > 0
+        if not prompts and self.completion_prune_rate == 0:
+            out.append(
+                "DPPO prunes no prompt and no completion at these settings (only completions of advantage 0, "
+                "exactly, when no KL or entropy term moves them): --dppo.mode recommended, or set "
+                "--dppo.prompt_prune_rate / --dppo.completion_prune_rate"
+            )
+        if prompts and self.unseen_prompts == "keep":
+            out.append(
+                "--dppo.unseen_prompts keep: a prompt is kept (q = 1) until the history has seen it, so the first "
+                "epoch prunes no prompt (a run of about one epoch almost none); --dppo.unseen_prompts mean prunes "
+                "it too"
+            )
+        return out
 
     @property
     def prompt_keep_frac(self) -> float:

@@ -166,10 +166,13 @@ def test_commands_pass_the_cli_parser_and_config_flag_expands_to_the_same_run():
         assert ns["train.dynamic_batch_enable"] == "True" and ns["rollout.n_samples_per_prompt"] == "8"
         assert ns["algo.advantage.estimator"] == "'group_norm'"
     assert dppo["dppo.enable"] == "True" and grpo["dppo.enable"] == "False"
-    assert (
-        0 < float(dppo["dppo.prompt_prune_rate"]) <= 0.7
-        and 0 < float(dppo["dppo.completion_prune_rate"]) <= 0.7
+    # the recommended mode (--dppo.mode): zero-share from 0.5, unseen prompts drawn, no completion pruning
+    assert (dppo["dppo.mode"], dppo["dppo.prompt_rate_control"], dppo["dppo.unseen_prompts"]) == (
+        "'recommended'",
+        "'zero-share'",
+        "'mean'",
     )
+    assert float(dppo["dppo.prompt_prune_rate"]) == 0.5 and float(dppo["dppo.completion_prune_rate"]) == 0.0
     # apart from --dppo.enable (and the run directory) the two parsed runs are identical
     assert {k for k in dppo if dppo[k] != grpo[k]} == {
         "dppo.enable",

@@ -12,14 +12,28 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(ROOT, "examples", "scripts")
-DPPO_ONLY = {"--dppo.prompt_prune_rate", "--dppo.completion_prune_rate", "--dppo.seed"}
+DPPO_ONLY = {"--dppo.mode", "--dppo.seed"}
 
 
 def command(algo: str, **env: str) -> list[str]:
     full = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("STEPS", "SEED", "LR", "LR_SCHEDULER", "OUT", "TINY", "POOL", "TASK", "SCHEDULE_STEPS")
+        if k
+        not in (
+            "STEPS",
+            "SEED",
+            "LR",
+            "LR_SCHEDULER",
+            "OUT",
+            "TINY",
+            "POOL",
+            "TASK",
+            "SCHEDULE_STEPS",
+            "MODE",
+            "R_Q",
+            "R_O",
+        )
     }
     full.update(ALGO=algo, PRINT_CMD="1", PYTHON="python", PRECISION="bf16")  # auto would ask torch
     full.update(env)
@@ -49,12 +63,18 @@ def flags(cmd: list[str]) -> dict[str, list[str]]:
 def test_grpo_and_dppo_differ_only_in_the_dppo_flags():
     grpo, dppo = (flags(command(algo, OUT="runs/arm")) for algo in ("grpo", "dppo"))  # same OUT: same paths
     assert grpo.pop("--dppo.enable") == ["false"] and dppo.pop("--dppo.enable") == ["true"]
-    assert {k: dppo.pop(k) for k in DPPO_ONLY} == {
-        "--dppo.prompt_prune_rate": ["0.5"],
-        "--dppo.completion_prune_rate": ["0.5"],
-        "--dppo.seed": ["1"],
-    }
+    assert {k: dppo.pop(k) for k in DPPO_ONLY} == {"--dppo.mode": ["recommended"], "--dppo.seed": ["1"]}
     assert grpo == dppo
+
+
+def test_mode_custom_runs_fixed_rates_and_a_bad_mode_is_refused_by_name():
+    f = flags(command("dppo", MODE="custom"))
+    assert "--dppo.mode" not in f
+    assert f["--dppo.prompt_prune_rate"] == ["0.5"] and f["--dppo.completion_prune_rate"] == ["0.5"]
+    assert "--dppo.prompt_prune_rate" not in flags(command("dppo"))  # the mode's own rates
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        command("dppo", MODE="fast")
+    assert err.value.returncode == 2 and "MODE must be recommended or custom, got 'fast'" in err.value.stderr
 
 
 def test_both_arms_train_packed_and_share_the_eval_schedule():
