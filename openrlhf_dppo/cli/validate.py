@@ -65,9 +65,20 @@ def validate(flags: dict, check_inputs: bool = True):
     if flags["train.async_enable"]:
         raise FlagError(
             "--train.async_enable",
-            "not supported by train_dppo_ray. The async trainer generates batch k+1 while batch k trains, so "
-            "the prompt keep probabilities would come from a stale history and its trainer has other seams; "
-            "run synchronously (the GRPO baseline too, so the two are comparable).",
+            "not supported by train_dppo_ray, with DPPO or --dppo.enable false: OpenRLHF 0.11.2's async "
+            "trainer leaves no seam. train() imports PPOTrainerAsync inside itself, so the DPPO trainer "
+            "install() puts in place of PPOTrainer is never built; its GenerateSamplesActor builds "
+            "SamplesGenerator by its module-level name in its own Ray actor process, apart from the "
+            "TrainingActor whose experience maker updates the prompt history, and the two exchange only a "
+            "ray Queue of (rollouts, client states, timings) and one of step numbers (no way back for the "
+            "history); on resume PPOTrainerAsync.fit restores only the dataloader state into the generator. "
+            "The --dppo.enable false arm would run OpenRLHF's async trainer, not this baseline (no run "
+            "directory or metrics.jsonl, OpenRLHF's experience maker instead of the float64 group "
+            "statistics, --dppo.max_steps ignored). A host change "
+            "would need: the samples-generator and experience-maker classes (or factories) passed to the "
+            "async actors, a trainer-to-generator channel for each trained rollout's history update, and "
+            "extra client states saved and restored on both actors (docs/FLAGS.md, Async). Run "
+            "synchronously, both arms, so they compare.",
         )
     if cfg.enable:
         check_dppo_requirements(flags, cfg)
