@@ -85,3 +85,11 @@ def test_every_experiment_of_results_follows_the_template():
         q, s, r = body.index("**Question.**"), body.index("**Setup.**"), body.index("\n**Result")
         assert q < s < r, title
     assert checked >= 20, checked
+
+
+def test_every_archived_sitting_opens_with_what_superseded_it():
+    text = (BENCH / "ARCHIVE.md").read_text(encoding="utf-8")
+    sections = re.split(r"^## (.+)\n", text, flags=re.M)[1:]
+    assert len(sections) >= 8, "ARCHIVE.md has fewer than four sittings"
+    for title, body in zip(sections[::2], sections[1::2]):
+        assert body.lstrip().startswith("> Superseded"), title
