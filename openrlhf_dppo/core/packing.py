@@ -14,7 +14,7 @@ Packers, registered in ``PACKERS`` (each maps lengths to bins; the distribution 
   With (1) the result no longer depends much on W (on the benchmark lengths it equals FFD's).
   Unplaced sequences are kept in buckets by length with a union-find "next non-empty bucket"
   pointer, so a best-fit lookup is one bisection: about O(n log n) overall, 100k sequences in
-  ~0.1 s of CPU (benchmarks/RESULTS.md).
+  ~0.1 s of CPU (benchmarks/INFRA.md, "Packing").
 - ``ffd``: first-fit decreasing over all bins (segment tree of the rooms, O(n log n)); the baseline.
 
 Distribution over ranks (shared): with M bins and k = ceil(M / dp_size) micro-batches per rank,

@@ -3,7 +3,7 @@
 ``WARM["arithmetic"] == "avx2"`` (``tiny/build.py``): the warm start runs with ATen's kernels and MKL's
 code path pinned to AVX2, which every x86-64 CPU since 2013 has. ATen's pinned kernels are the same
 instructions, so the same bits, on every such CPU, with or without AVX-512 or native bf16 (measured
-against the emulation of an AVX2-only CPU: benchmarks/RESULTS.md, "Warm start"). MKL's are not: it picks
+against the emulation of an AVX2-only CPU: benchmarks/INFRA.md, "Warm start"). MKL's are not: it picks
 its kernels by CPU model, so an Intel and an AMD CPU differ under the same ``MKL_CBWR``; the warm start's
 rounding of its state (``WARM["state_bits"]``, ``tiny/warm.py``) removes what that changes. Both settings
 are read when torch and MKL load, so a process that does not run under them builds in a child process

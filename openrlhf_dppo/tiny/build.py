@@ -19,7 +19,7 @@ and then climbs steeply (carries are learned); stopped early in the climb, well 
 about 0.85, the model answers many prompts right only some of the time, so GRPO's groups are often mixed,
 and what it reinforces generalises. The count is where the earlier rule (stop at the first dev reading at
 or above 0.4, read every 25 steps) stops on the rounded trajectory below, fixed once: held-out greedy
-accuracy about 0.45 after the bf16 cast (benchmarks/RESULTS.md has the build's own readings).
+accuracy about 0.45 after the bf16 cast (the build's own readings: benchmarks/INFRA.md, "Warm start").
 
 The same start on every machine. A stopping reading (200 prompts, standard error 0.035) made the start
 depend on luck, and where the curve is flat the training is chaotic: last-bit rounding differences
@@ -36,13 +36,13 @@ Two measures, because one does not reach every kernel:
   rounding midpoint, so the next step starts from the same state on both. Tested: builds on MKL's AVX2 and
   SSE2 paths and on this CPU's own kernels end bit for bit equal, and differ without the rounding.
 A CPU without AVX2, or not x86-64, builds with its own ATen kernels and says so in ``build_info.json``
-(``arithmetic_used``). benchmarks/RESULTS.md, "Warm start", has the measurements.
+(``arithmetic_used``). benchmarks/INFRA.md, "Warm start", has the measurements.
 
 The size ``s``, the earlier stopping point and the RL learning rate were chosen with a pure-torch GRPO prototype
 that is not part of the repository (smaller ``xs`` models and models stopped before the climb learned
 much less there); its figures are not quoted here because they cannot be reproduced from this
 repository. The figures to rely on are the real pipeline's, with their commands, in
-benchmarks/RESULTS.md ("Time to held-out accuracy"), measured from the earlier build (held-out greedy
+benchmarks/ARCHIVE.md ("Time to held-out accuracy"), measured from the earlier build (held-out greedy
 0.366 at the start; GRPO, 64 prompts x 8 samples, lr 1e-3: 0.466 +- 0.014 after 150 steps, 3 seeds).
 
 Deterministic for a seed (one thread, seeded generators, pinned arithmetic; tested). Cached: nothing is rebuilt

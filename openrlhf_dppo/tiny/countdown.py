@@ -10,7 +10,7 @@ left-to-right step per operator, then ``;`` and the answer expression, e.g.
     "4,7,3>25:"  ->  "4*7=28,28-3=25;(4*7)-3"
 
 so completions are 15 to 37 characters long (tens of tokens, against about 3 in the addition task; on a
-CPU the training phase grows with them as much as generation does: see benchmarks/RESULTS.md). The row's ``label`` is the scorer's metadata as JSON
+CPU the training phase grows with them as much as generation does: see benchmarks/INFRA.md, "Generation fraction on countdown"). The row's ``label`` is the scorer's metadata as JSON
 (``{"numbers": [4, 7, 3], "target": 25}``) and ``solution`` the scratchpad the warm start learns.
 
 Every generated expression is a left fold of the numbers in some order (that is how reasoning-gym builds

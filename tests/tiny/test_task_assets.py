@@ -201,7 +201,7 @@ def test_a_build_is_the_same_whatever_kernels_compute_it(tmp_path):
     """The warm start rounds its state to WARM["state_bits"] significant bits after every step, so builds
     whose matrix products sum in different orders (MKL's AVX2 and SSE2 dgemm, this CPU's own kernels) end
     with the same float64 weights, bit for bit. The control: without the rounding the builds on MKL's two
-    paths differ, so they really do compute differently here (benchmarks/RESULTS.md, "Warm start")."""
+    paths differ, so they really do compute differently here (benchmarks/INFRA.md, "Warm start")."""
     warm = dict(build.WARM, steps=30, log_every=10)  # the default size, 30 steps: seconds
     assert warm["state_bits"] == 12
     rounded = {k: _build_under(tmp_path, f"r_{k}", env, warm) for k, env in _KERNELS.items()}
