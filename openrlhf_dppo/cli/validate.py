@@ -36,8 +36,9 @@ from openrlhf_dppo.cli.flags import build_options, dppo_values_from_flags
 from openrlhf_dppo.core.config import DPPOConfig, DPPOConfigError
 from openrlhf_dppo.core.packing import micro_batch_capacity
 
-#: estimators whose advantages DPPO computes on the full groups (core.group_advantages)
-GROUP_ESTIMATORS = ("group_norm", "dr_grpo")
+#: estimators whose advantages DPPO computes on the full groups (core.group_advantages); REINFORCE++-baseline's
+#: batch whitening is then estimated from the kept completions (core.token_whitening)
+GROUP_ESTIMATORS = ("group_norm", "dr_grpo", "reinforce_baseline")
 #: extensions OpenRLHF's blending_datasets always loads as local files
 DATA_FILE_EXTENSIONS = (".json", ".jsonl", ".csv", ".parquet", ".arrow", ".py")
 _HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
@@ -106,13 +107,13 @@ def check_dppo_requirements(flags: dict, cfg: DPPOConfig) -> None:
         raise FlagError(
             "--algo.advantage.estimator",
             "gae: DPPO prunes whole completions by their group advantage and skips their forward passes; a "
-            "critic (GAE) needs every sequence. Use group_norm or dr_grpo.",
+            "critic (GAE) needs every sequence. Use group_norm, dr_grpo or reinforce_baseline.",
         )
     if est not in GROUP_ESTIMATORS:
         raise FlagError(
             "--algo.advantage.estimator",
             f"{est}: DPPO computes advantages on the full groups (core.group_advantages) and needs a group "
-            f"estimator: {' or '.join(GROUP_ESTIMATORS)}.",
+            f"estimator: {', '.join(GROUP_ESTIMATORS)}.",
         )
     if not flags["reward.remote_url"] and not flags["train.agent_func_path"]:
         raise FlagError(
