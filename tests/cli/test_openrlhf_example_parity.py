@@ -6,8 +6,8 @@ For every example, with its paths replaced by small local files:
 - ``train_dppo_ray --dppo.enable false`` accepts it (the input checks on) and produces the same namespace,
   less the ``dppo`` group -- or, for the one example the baseline refuses (async training), refuses it
   naming the flag, for the reason FLAGS.md documents;
-- DPPO (the defaults, no extra flag) accepts it, changing only what turning on the packed micro-batches
-  changes, or refuses it with status 2 and a message that names the flag and the documented reason.
+- DPPO (the defaults, and ``--dppo.mode recommended``) accepts it, changing only what turning on the packed
+  micro-batches changes, or refuses it with status 2 and a message that names the flag and the documented reason.
 """
 
 from __future__ import annotations
@@ -81,6 +81,10 @@ def test_dppo_accepts_the_example_or_refuses_it_by_name_for_a_documented_reason(
         ours = {k: v for k, v in ours.items() if not k.startswith("dppo.")}
         assert ours.keys() == host.keys()
         assert {k for k in host if ours[k] != host[k]} <= DPPO_TURNS_ON
+        # what a user would add: the recommended flag set changes DPPO's flags only
+        recommended = comparable(parse(argv + ["--dppo.mode", "recommended"], check_inputs=True))
+        assert recommended["dppo.prompt_rate_control"] == "zero-share"
+        assert {k: v for k, v in recommended.items() if not k.startswith("dppo.")} == ours
     else:
         err = refusal(argv, capsys)
         assert f"error: {example.dppo}: " in err and example.dppo_reason in err
