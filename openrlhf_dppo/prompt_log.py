@@ -3,7 +3,9 @@
 One line per step, ``{"step", "index": [...], "q": [...], "rewards": [[G rewards], ...]}``: the step's
 rolled-out groups in order (dynamic filtering's dropped ones too), each with its prompt's dataset index,
 the probability q it was rolled out with (1 where DPPO did not draw it: GRPO, dynamic filtering's
-replacements) and its RAW rewards (before any length penalty). ``openrlhf-dppo advise`` and
+replacements) and its RAW rewards (before any length penalty); optionally ``"lengths": [[G completion
+lengths in tokens], ...]`` (read where present: ``openrlhf-dppo advise`` charges screening's second round
+from them). ``openrlhf-dppo advise`` and
 ``report.predictability`` replay GRPO runs' logs through the prompt history.
 
 A resumed run appends the steps it redoes again (the file is not cut back to the checkpoint as
@@ -22,16 +24,27 @@ from openrlhf_dppo.run_dir import STEP, TRAIN, RunDirError, last_per_step, read_
 
 PROMPT_LOG = "prompts.jsonl"
 FIELDS = (STEP, "index", "q", "rewards")
+LENGTHS = "lengths"  # optional: each group's completion lengths in tokens
 
 
 def append(
-    run_dir: str | os.PathLike, step: int, index: list[int], q: list[float], rewards: list[list[float]]
+    run_dir: str | os.PathLike,
+    step: int,
+    index: list[int],
+    q: list[float],
+    rewards: list[list[float]],
+    lengths: list[list[int]] | None = None,
 ) -> None:
-    """Append one step's rolled-out groups to ``run_dir``/prompts.jsonl."""
+    """Append one step's rolled-out groups to ``run_dir``/prompts.jsonl (``lengths``: each group's
+    completion lengths in tokens, like ``rewards``; optional)."""
     if not len(index) == len(q) == len(rewards):
         raise ValueError(f"{len(index)} indices, {len(q)} keep probabilities and {len(rewards)} groups")
-    line = {STEP: int(step), "index": [int(i) for i in index], "q": [float(x) for x in q],
-            "rewards": [[float(r) for r in g] for g in rewards]}  # fmt: skip
+    line: dict = {STEP: int(step), "index": [int(i) for i in index], "q": [float(x) for x in q],
+                  "rewards": [[float(r) for r in g] for g in rewards]}  # fmt: skip
+    if lengths is not None:
+        if [len(g) for g in lengths] != [len(g) for g in rewards]:
+            raise ValueError("lengths must have one length per reward, group by group")
+        line[LENGTHS] = [[int(n) for n in g] for g in lengths]
     path = Path(run_dir) / PROMPT_LOG
     cut_partial_line(path)
     with open(path, "a", encoding="utf-8") as fh:

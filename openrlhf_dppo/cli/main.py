@@ -3,6 +3,7 @@
     openrlhf-dppo train ...    -> openrlhf_dppo.cli.train_dppo_ray  (all OpenRLHF flags + --dppo.*)
     openrlhf-dppo eval ...     -> openrlhf_dppo.cli.eval
     openrlhf-dppo compare ...  -> openrlhf_dppo.cli.compare
+    openrlhf-dppo advise ...   -> openrlhf_dppo.cli.advise
 
 Each subcommand module is imported only when it is run (train pulls in Ray, DeepSpeed and vLLM) and
 receives the remaining arguments unchanged.
@@ -22,6 +23,10 @@ SUBCOMMANDS = {
     ),
     "eval": ("openrlhf_dppo.cli.eval", "evaluate a checkpoint on math benchmarks (writes eval_results.json)"),
     "compare": ("openrlhf_dppo.cli.compare", "compare run directories: speedups, report.md and plots"),
+    "advise": (
+        "openrlhf_dppo.cli.advise",
+        "what a run's logs say about pruning on its task: the flags to run",
+    ),
 }
 
 

@@ -54,9 +54,10 @@ import torch
 
 from openrlhf_dppo import prompt_log
 from openrlhf_dppo import run_dir as R
-from openrlhf_dppo.core import PromptHistory, prompt_keep_probs
-from openrlhf_dppo.core.history import REWARD_KINDS
+from openrlhf_dppo.core.history import REWARD_KINDS, PromptHistory
+from openrlhf_dppo.core.keep_probs import prompt_keep_probs
 from openrlhf_dppo.report.curves import Spread
+from openrlhf_dppo.report.selection import auc
 from openrlhf_dppo.report.tables import fmt_spread
 
 DEFAULT_HISTORIES = ("0.5:1", "0:1", "0.5:0.25", "0.9:1")
@@ -85,15 +86,6 @@ def load_steps(run: str) -> list[tuple[np.ndarray, np.ndarray]]:
     if not steps:
         raise ValueError(f"{run}: prompts.jsonl has no trained step")
     return steps
-
-
-def auc(pos: np.ndarray, neg: np.ndarray) -> float:
-    """P(a positive's score > a negative's), ties a half (the Mann-Whitney statistic); nan if one is empty."""
-    if pos.size == 0 or neg.size == 0:
-        return float("nan")
-    neg = np.sort(neg)
-    below, not_above = np.searchsorted(neg, pos, "left"), np.searchsorted(neg, pos, "right")
-    return float((below + 0.5 * (not_above - below)).sum() / (pos.size * neg.size))
 
 
 class Tally:

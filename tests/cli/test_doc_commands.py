@@ -10,7 +10,7 @@ import shlex
 import pytest
 from cli_commands import GRPO, ROOT, parse
 
-from openrlhf_dppo.cli import compare
+from openrlhf_dppo.cli import advise, compare
 from openrlhf_dppo.cli import eval as eval_cli
 from openrlhf_dppo.data import prepare
 from openrlhf_dppo.launch import slurm
@@ -59,6 +59,8 @@ def check(tokens: list[str], monkeypatch) -> None:
     head, args = cmd[:3], cmd[3:]
     if cmd[:2] == ["openrlhf-dppo", "compare"]:
         compare.build_parser().parse_intermixed_args(cmd[2:])
+    elif cmd[:2] == ["openrlhf-dppo", "advise"]:
+        advise.build_parser().parse_args(cmd[2:])
     elif cmd[:2] == ["openrlhf-dppo", "train"] or head[2:] == ["openrlhf_dppo.cli.train_dppo_ray"]:
         _training(cmd[2:] if cmd[0] == "openrlhf-dppo" else args)
     elif head[2:] == ["openrlhf_dppo.recipe"]:
@@ -108,6 +110,7 @@ def test_every_command_line_in_the_docs_parses(tokens, monkeypatch):
         "CONFIG=configs/dppo_qwen3_4b_math.yaml sbatch --nodes 2 slurm/dppo_ray.sbatch",  # asks for no GPU
         "python -m openrlhf_dppo.cli.train_dppo_ray <your GRPO flags> --dppo.prompt_prune_rate 1.5",
         "openrlhf-dppo compare --no-such-flag",
+        "openrlhf-dppo advise runs/grpo_s1 --no-such-flag",
         "make no-such-target",
     ],
 )

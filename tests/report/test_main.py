@@ -20,7 +20,7 @@ def _fake_module(monkeypatch, name, entry):
 
 def test_usage_and_unknown_subcommand(capsys):
     assert cli_main.main([]) == 2
-    assert "usage: openrlhf-dppo {train,eval,compare}" in capsys.readouterr().out
+    assert "usage: openrlhf-dppo {train,eval,compare,advise}" in capsys.readouterr().out
     assert cli_main.main(["--help"]) == 0
     assert cli_main.main(["trian"]) == 2
     assert "unknown subcommand 'trian'" in capsys.readouterr().err

@@ -1,0 +1,187 @@
+"""From ``report.advise``'s numbers to a recommendation: the flags to run, the step-time speedup bound to
+expect, and what the logs are too short to tell (``openrlhf-dppo advise``).
+
+The rule (each step is written into the advice it prints):
+
+1. Candidates are the rules the trainer runs: ``history, unseen keep|mean`` at each replayed rate
+   (``--dppo.prompt_rate_control fixed``) and ``zero-share`` (its own rate); ``uniform`` (no flag runs
+   it) is the reference the history must beat, and is named when it does not. A candidate "keeps the
+   gradient" when its expected share of the gradient-carrying groups rolled out is at least
+   ``min_kept``. The chosen candidate is the fastest (ideal step time at f, else at the given generation
+   share) among those that keep the gradient; zero-share wins a tie within 2%, since its rate follows
+   the share as the policy learns. When none keeps it, the run is left as GRPO (no prompt pruning).
+2. Completion pruning stays off (``--dppo.completion_prune_rate 0``): a prompt log cannot value it (it
+   drops completions with a non-zero advantage and saves training only); the free drop of A = 0
+   completions stays on (``--dppo.drop_zero_advantage``, the default).
+3. Screening is not built (no flag runs it): it "would pay" when its fastest rule that keeps the gradient
+   beats the chosen candidate by more than 2%.
+4. The flags equal ``--dppo.mode recommended`` (zero-share, unseen mean, no completion pruning, rate 0.5
+   until a step is measured) when zero-share with unseen mean is chosen and that is said.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from openrlhf_dppo.report.advise import RunAdvice, pooled, step_ratio
+
+TIE = 0.02  # a speedup within 2% of another is a tie
+BUILT = ("history, unseen keep", "history, unseen mean", "zero-share")
+PRESET = "--dppo.mode recommended"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One rule at one rate, means over the replayed runs."""
+
+    rule: str
+    rate: float
+    kept: float
+    effective: float
+    gen: float
+    train: float
+
+    def speedup(self, f: float | None) -> float | None:
+        return None if f is None else 1.0 / step_ratio(f, self.gen, self.train)
+
+
+@dataclass
+class Recommendation:
+    flags: list[str]
+    chosen: Point | None
+    lines: list[str]  # the advice, sentence by sentence
+    screening: str  # "would pay" / "would not pay" / "not told"
+    too_short: list[str] = field(default_factory=list)
+
+
+def points(advice: list[RunAdvice]) -> list[Point]:
+    out = []
+    for rule, by_rate in pooled(advice).items():
+        for _, cell in sorted(by_rate.items()):
+            mean = {k: statistics.fmean(v) for k, v in cell.items()}
+            out.append(Point(rule, mean["rate"], mean["kept"], mean["effective"], mean["gen"], mean["train"]))
+    return out
+
+
+def measured_f(advice: list[RunAdvice]) -> float | None:
+    fs = [a.summary.generation_share for a in advice if a.summary.generation_share is not None]
+    return statistics.fmean(fs) if fs else None
+
+
+def _best(cands: list[Point], f: float, min_kept: float) -> Point | None:
+    ok = [p for p in cands if p.kept >= min_kept]
+    if not ok:
+        return None
+    top = max(p.speedup(f) or 0.0 for p in ok)
+    zero = [p for p in ok if p.rule == "zero-share" and (p.speedup(f) or 0.0) >= top * (1 - TIE)]
+    return zero[0] if zero else max(ok, key=lambda p: p.speedup(f) or 0.0)
+
+
+def _fmt_speedups(p: Point, f: float | None, gen_share: float | None) -> str:
+    parts = [f"{p.speedup(x):.2f}x at {label} {x:.2f}" for label, x in (("f =", f), ("gen share", gen_share))
+             if x is not None]  # fmt: skip
+    return ", ".join(parts)
+
+
+def recommend(
+    advice: list[RunAdvice], gen_share: float | None = None, min_kept: float = 0.9
+) -> Recommendation:
+    """The advice of the module docstring for the runs' pooled numbers."""
+    f = measured_f(advice)
+    at = f if f is not None else gen_share
+    too_short = sorted({note for a in advice for note in a.notes})
+    pts = points(advice)
+    shares = [a.trend["mean"] for a in advice if a.trend]
+    lines: list[str] = []
+    if shares:
+        lines.append(
+            f"all-equal share {statistics.fmean(shares):.3f}: the most any pruning skips at no gradient cost"
+        )
+    if not pts or at is None:
+        why = "no GRPO prompt log to replay" if not pts else "neither f nor --gen-share"
+        lines.append(f"no rule can be chosen ({why}); rerun GRPO with --dppo.prompt_log true for 50+ steps")
+        return Recommendation([], None, lines, "not told", too_short)
+    chosen = _best([p for p in pts if p.rule in BUILT], at, min_kept)
+    screens = [p for p in pts if p.rule.startswith("screen")]
+    best_screen = _best(screens, at, min_kept)
+    flags: list[str] = []
+    if chosen is None or (chosen.speedup(at) or 0.0) < 1.0 + TIE:
+        lines.append(
+            f"no buildable rule keeps {min_kept:.0%} of the gradient-carrying groups and is faster than "
+            "GRPO at the tested rates: run GRPO (--dppo.enable false), or lower --min-kept to trade gradient "
+            "for time"
+        )
+        chosen = None
+    else:
+        flags = _flags(chosen, advice)
+        lines.append(
+            f"chosen: {chosen.rule}"
+            + (
+                f" at r = {chosen.rate:.2f}"
+                if chosen.rule != "zero-share"
+                else f" (its mean rate {chosen.rate:.2f})"
+            )  # fmt: skip
+            + f", keeps {chosen.kept:.1%} of the gradient-carrying groups (effective {chosen.effective:.1%})"
+        )
+        if chosen.rule == "zero-share":
+            lines.append(f"these flags are {PRESET} (zero-share, unseen mean, no completion pruning)")
+        uniform = min(
+            (p for p in pts if p.rule == "uniform"), key=lambda p: abs(p.gen - chosen.gen), default=None
+        )
+        if uniform is not None:
+            better = chosen.kept - uniform.kept
+            lines.append(
+                f"against uniform at about the same cost (r = {uniform.rate:.2f}, keeps {uniform.kept:.1%}): "
+                + (
+                    f"the history keeps {better:+.1%} of the gradient groups"
+                    if better > 0.01
+                    else "the history is no better than a uniform draw here"
+                )  # fmt: skip
+            )
+        lines.append(
+            f"expected step-time speedup at most {_fmt_speedups(chosen, f, gen_share)}: an ideal bound "
+            "(no overhead, packing gains left out), replayed on GRPO's own trajectory (a DPPO run's history "
+            "sees only what it rolled out), and a kept gradient share is not held-out accuracy: check with "
+            "compare"
+        )
+    screening = "not told"
+    if best_screen is not None:
+        base = chosen.speedup(at) if chosen is not None else 1.0
+        pays = (best_screen.speedup(at) or 0.0) > (base or 1.0) * (1 + TIE)
+        screening = "would pay" if pays else "would not pay"
+        bound = (
+            ""
+            if all(a.lengths_logged for a in advice)
+            else " (its round 2 charged a whole round: no lengths)"
+        )
+        lines.append(
+            f"screening {screening} ({best_screen.rule}, r = {best_screen.rate:.2f}: "
+            f"{_fmt_speedups(best_screen, f, gen_share)}{bound}); it is not built (no flag runs it)"
+        )
+    else:
+        lines.append(
+            f"screening: no screening rule keeps {min_kept:.0%} of the gradient groups; it is not built"
+        )
+    lines.append("completion pruning off: a prompt log cannot value it (it saves training only)")
+    return Recommendation(flags, chosen, lines, screening, too_short)
+
+
+def _flags(p: Point, advice: list[RunAdvice]) -> list[str]:
+    cap = statistics.fmean(a.config.zero_share_cap for a in advice)
+    if p.rule == "zero-share":
+        rate = ["--dppo.prompt_rate_control zero-share", "--dppo.prompt_prune_rate 0.5",
+                f"--dppo.prompt_prune_rate_max {cap:g}", "--dppo.unseen_prompts mean"]  # fmt: skip
+    else:
+        unseen = "keep" if p.rule.endswith("keep") else "mean"
+        rate = ["--dppo.prompt_rate_control fixed", f"--dppo.prompt_prune_rate {p.rate:g}",
+                f"--dppo.unseen_prompts {unseen}"]  # fmt: skip
+    decay = statistics.fmean(a.config.decay for a in advice)
+    prior = statistics.fmean(a.config.prior for a in advice)
+    q_min = statistics.fmean(a.config.q_min for a in advice)
+    history = [
+        f"--dppo.history_decay {decay:g}",
+        f"--dppo.history_prior {prior:g}",
+        f"--dppo.q_min {q_min:g}",
+    ]
+    return rate + ["--dppo.completion_prune_rate 0"] + history + ["--dppo.prompt_log true"]

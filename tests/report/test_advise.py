@@ -1,0 +1,196 @@
+"""`openrlhf-dppo advise` (report.advise, report.selection, report.recommend, report.advise_render) on
+hand-made logs whose answer is known (an oracle-predictable task, a task no history can predict), on
+the frozen tiny CPU runs, and on bad input."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from openrlhf_dppo import prompt_log
+from openrlhf_dppo.cli.main import main as cli_main
+from openrlhf_dppo.report import advise as A
+from openrlhf_dppo.report import selection as SEL
+from openrlhf_dppo.report.speedup import ideal_step_ratio
+from openrlhf_dppo.report.summary import Settings
+
+DATA = Path(__file__).parent / "data" / "tiny_cpu"
+G = 4
+
+
+def make_run(root: Path, name: str, groups, lengths=None, q=None, gen=0.6, train=0.4) -> str:
+    """A GRPO run dir: steps of (indices, rewards (n, G)) in metrics.jsonl (equal-reward share, phase
+    times gen + train) and prompts.jsonl (optional per-completion lengths, q)."""
+    d = root / name
+    d.mkdir()
+    dppo = {"history_decay": 0.0, "history_prior": 1.0, "q_min": 0.1, "reward_kind": "auto"}
+    (d / "run_config.json").write_text(json.dumps({"args": {"dppo": dppo}}))
+    (d / "status.json").write_text(json.dumps({"state": "finished", "step": len(groups)}))
+    metrics, log = [], []
+    for step, (idx, rw) in enumerate(groups, 1):
+        share = sum(max(g) == min(g) for g in rw) / len(rw)
+        metrics.append({"kind": "train", "step": step, "time": step, "wall_time": step,
+                        "timing/generation": gen, "timing/ppo_train": train, "timing/step_total": gen + train,
+                        "rollout/equal_reward_frac_ht": share, "rollout/equal_reward_frac": share})  # fmt: skip
+        row = {"step": step, "index": idx, "q": q or [1.0] * len(idx), "rewards": rw}
+        if lengths is not None:
+            row["lengths"] = lengths[step - 1]
+        log.append(row)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in metrics))
+    (d / "prompts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in log))
+    return str(d)
+
+
+def predictable(steps: int = 10, n: int = 8):
+    """Every prompt drawn every step; even prompts always solved (all equal), odd ones half (mixed)."""
+    return [(list(range(n)), [[1.0] * G if i % 2 == 0 else [1.0, 0.0] * (G // 2) for i in range(n)])
+            for _ in range(steps)]  # fmt: skip
+
+
+def unpredictable(steps: int = 10, n: int = 8, seed: int = 0):
+    """Every prompt drawn every step; each group all equal or mixed by a fair coin, whatever its prompt."""
+    rng = random.Random(seed)
+    return [(list(range(n)), [[1.0] * G if rng.random() < 0.5 else [0.0, 1.0] * (G // 2) for _ in range(n)])
+            for _ in range(steps)]  # fmt: skip
+
+
+def _advise(tmp_path, *argv):
+    out = tmp_path / "out"
+    rc = cli_main(["advise", *argv, "--out", str(out)])
+    return rc, out
+
+
+def test_an_oracle_predictable_log(tmp_path, capsys):
+    run = make_run(tmp_path, "g", predictable())
+    a = A.analyse(run, Settings(warmup=1), (0.25, 0.5), (1, 2))
+    assert a.trend == {
+        "mean": 0.5,
+        "first_half": 0.5,
+        "second_half": 0.5,
+        "slope_per_100": pytest.approx(0.0),
+    }
+    assert a.summary.generation_share == pytest.approx(0.6)
+    assert a.lossless == pytest.approx(0.5)  # half of every step's groups carry no gradient
+    assert a.recurrence == {"seen_before": 0.9, "distinct": 8.0, "draws_per_prompt": 10.0, "median_gap": 1.0}
+    assert a.auc == 1.0  # decay 0: the last group of a prompt foresees the next exactly
+    rules = a.replayed
+    for r in (0.25, 0.5):
+        assert rules["uniform"][r]["kept"] == pytest.approx(1 - r) and rules["uniform"][r][
+            "gen"
+        ] == pytest.approx(1 - r)
+        assert rules["history, unseen mean"][r]["kept"] > rules["uniform"][r]["kept"] + 0.1
+    # the oracle at r = 0.5: the 4 all-equal groups at q_min 0.1, the 4 others share 4 - 0.4 -> q = 0.9
+    assert rules["oracle"][0.5]["kept"] == pytest.approx(0.9)
+    assert rules["oracle"][0.25]["kept"] == pytest.approx(1.0)
+    # screening k = 2 alone: the odd prompts' mixed screen [1, 0] scores 1, the even ones' [1, 1] scores
+    # 1 - (3/4)^2 = 0.4375 (prior 1): q = c (s) with 4 c + 4 (0.4375 c) = 4 -> c = 1 / 1.4375
+    assert rules["screen k=2 alone"][0.5]["kept"] == pytest.approx(1 / 1.4375)
+    rc, out = _advise(tmp_path, run, "--rates", "0.25,0.5", "--screen-k", "1,2", "--gen-share", "0.7")
+    text = capsys.readouterr().out
+    assert rc == 0 and all(len(line) <= 100 for line in text.splitlines())
+    assert "--dppo.unseen_prompts" in text and "--dppo.completion_prune_rate 0" in text
+    assert "screen_k" not in text and "it is not built" in text
+    assert "expected step-time speedup at most" in text and "at gen share 0.70" in text
+    assert {p.name for p in out.iterdir()} == {"advise.md", "advise.png"}
+    md = (out / "advise.md").read_text()
+    assert "| oracle | 0.50 | 0.900 |" in md and "## Recommendation" in md
+
+
+def test_a_log_no_history_can_predict(tmp_path, capsys):
+    runs = [make_run(tmp_path, f"u_s{s}", unpredictable(steps=16, seed=s)) for s in (1, 2)]
+    advice = [A.analyse(r, Settings(), (0.5,), (2,)) for r in runs]
+    for a in advice:
+        hist, uni = a.replayed["history, unseen mean"][0.5], a.replayed["uniform"][0.5]
+        assert hist["kept"] == pytest.approx(uni["kept"], abs=0.08)  # no better than a uniform draw
+        assert 0.3 < a.auc < 0.7
+    rc, _ = _advise(tmp_path, *runs, "--rates", "0.25,0.5", "--screen-k", "2")
+    text = capsys.readouterr().out
+    assert rc == 0
+    # half of the groups carry gradient at random: no rule keeps 90% of them at a real saving
+    assert "no buildable rule keeps 90% of the gradient-carrying groups" in text and "flags:" not in text
+
+
+def test_the_frozen_tiny_cpu_runs_give_f_and_say_what_they_lack(tmp_path, capsys):
+    rc, out = _advise(tmp_path, str(DATA / "grpo"), str(DATA / "dppo"))
+    text = capsys.readouterr().out
+    assert rc == 0 and all(len(line) <= 100 for line in text.splitlines())
+    grpo = A.analyse(str(DATA / "grpo"), Settings(), (0.5,), (2,))
+    assert grpo.summary.generation_share is not None and f"{grpo.summary.generation_share:.3f}" in text
+    assert grpo.replayed is None and grpo.share_source is None
+    assert "grpo: no prompt log" in text and "dppo: a dppo run" in text
+    assert "no rule can be chosen (no GRPO prompt log to replay)" in text
+    assert (out / "advise.md").is_file() and not (out / "advise.png").exists()
+
+
+def test_a_dppo_prompt_log_is_not_replayed(tmp_path):
+    run = make_run(tmp_path, "d", predictable(steps=4), q=[0.5] * 8)
+    a = A.analyse(run, Settings(), (0.5,), (2,))
+    assert a.replayed is None and a.recurrence is not None
+    assert any("q < 1 (a DPPO run)" in n for n in a.notes)
+
+
+def test_expected_longest_matches_enumerating_the_draws():
+    rng = np.random.default_rng(3)
+    longest, q = rng.integers(1, 20, 6).astype(float), rng.uniform(0.1, 1.0, 6)
+    brute = 0.0
+    for kept in itertools.product([0, 1], repeat=6):
+        mask = np.array(kept, bool)
+        p = np.prod(np.where(mask, q, 1 - q))
+        brute += p * (longest[mask].max() if mask.any() else 0.0)
+    assert SEL.expected_longest(longest, q) == pytest.approx(brute, abs=1e-12)
+
+
+def test_screen_scores_by_hand():
+    # G = 4, k = 2, prior 1, alone: a mixed screen -> 1; [1, 1] -> p = 3/4, s = 1 - (3/4)^2; [0, 0] -> same
+    rewards = np.array([[1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]])
+    s = SEL.screen_scores(rewards, 2, np.zeros(3), np.zeros(3), 1.0)
+    assert s.tolist() == pytest.approx([1.0, 1 - 0.75**2, 1 - 0.75**2])
+    # with a history of 4 successes in 4: p = (1 + 2 + 4) / (2 + 2 + 4) = 7/8 for the [1, 1] screen
+    s = SEL.screen_scores(rewards[1:2], 2, np.array([4.0]), np.array([4.0]), 1.0)
+    assert s.tolist() == pytest.approx([1 - (7 / 8) ** 2])
+
+
+def test_screening_round_2_is_charged_from_the_logged_lengths(tmp_path):
+    steps = predictable(steps=4)
+    short = [[[100, 100, 1, 1] for _ in range(8)] for _ in steps]  # round 2 (k = 2) holds only 1-token ones
+    plain = A.analyse(make_run(tmp_path, "a", steps), Settings(), (0.5,), (2,))
+    timed = A.analyse(make_run(tmp_path, "b", steps, lengths=short), Settings(), (0.5,), (2,))
+    rule = "screen k=2 alone"
+    assert plain.replayed[rule][0.5]["gen"] == pytest.approx(0.5 + 1.0)  # round 2 charged a whole round
+    # with lengths: round 1 holds 200 of the 202 tokens of a group; round 2's longest is 1 of the step's 100
+    t1 = 200 / 202
+    gen = timed.replayed[rule][0.5]["gen"]
+    assert t1 < gen < t1 + 0.02 and timed.lengths_logged and not plain.lengths_logged
+    assert any("no completion lengths" in n for n in plain.notes)
+
+
+def test_the_step_ratio_is_the_ideal_formula_for_one_round_rules():
+    for f, r in ((0.3, 0.5), (0.7, 0.25), (1.0, 0.9)):
+        assert A.step_ratio(f, 1 - r, 1 - r) == pytest.approx(ideal_step_ratio(f, r, 0.0))
+
+
+def test_the_prompt_log_keeps_optional_lengths(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1}) + "\n")
+    prompt_log.append(tmp_path, 1, [3], [1.0], [[1.0, 0.0]], lengths=[[5, 7]])
+    assert prompt_log.read(tmp_path)[0][prompt_log.LENGTHS] == [[5, 7]]
+    with pytest.raises(ValueError, match="one length per reward"):
+        prompt_log.append(tmp_path, 2, [3], [1.0], [[1.0, 0.0]], lengths=[[5]])
+
+
+def test_bad_input_exits_2_with_the_reason(tmp_path, capsys):
+    run = make_run(tmp_path, "g", predictable(steps=2))
+    for argv, says in [
+        ([run, "--gen-share", "1.5"], "--gen-share is a share"),
+        ([run, "--rates", "0.95"], "--rates must lie in"),
+        ([run, "--rates", "x"], "--rates must be numbers"),
+        ([run, "--min-kept", "0"], "--min-kept must be in"),
+        ([str(tmp_path / "none_*")], "matches no run directory"),
+    ]:
+        assert cli_main(["advise", *argv]) == 2
+        assert says in capsys.readouterr().err
+    assert cli_main(["--help"]) == 0 and "advise" in capsys.readouterr().out
