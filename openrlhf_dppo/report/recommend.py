@@ -7,23 +7,28 @@ The rule (each step is written into the advice it prints):
    (``--dppo.prompt_rate_control fixed``) and ``zero-share`` (its own rate); ``uniform`` (no flag runs
    it) is the reference the history must beat, and is named when it does not. A candidate "keeps the
    gradient" when its expected share of the gradient-carrying groups rolled out is at least
-   ``min_kept``. The chosen candidate is the fastest (ideal step time at f, else at the given generation
-   share) among those that keep the gradient; zero-share wins a tie within 2%, since its rate follows
+   ``min_kept``. The chosen candidate is the fastest (ideal step time, at the given generation share or
+   else at the measured f) among those that keep the gradient; zero-share wins a tie within 2%, since its rate follows
    the share as the policy learns. When none keeps it, the run is left as GRPO (no prompt pruning).
 2. Completion pruning stays off (``--dppo.completion_prune_rate 0``): a prompt log cannot value it (it
    drops completions with a non-zero advantage and saves training only); the free drop of A = 0
    completions stays on (``--dppo.drop_zero_advantage``, the default).
 3. Screening is not built (no flag runs it): it "would pay" when its fastest rule that keeps the gradient
    beats the chosen candidate by more than 2%.
-4. The flags equal ``--dppo.mode recommended`` (zero-share, unseen mean, no completion pruning, rate 0.5
-   until a step is measured) when zero-share with unseen mean is chosen and that is said.
+4. The flags are written as ``--dppo.mode recommended`` (``core.config.MODE_PRESETS``: zero-share, rate 0.5
+   until a step is measured, unseen mean, no completion pruning) where the chosen rule is that preset,
+   followed by the settings that differ from it (or from the config's defaults).
+The rule is chosen at ``--gen-share`` when it is given (the machine the user asks about), else at the
+measured f.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass, field
 
+from openrlhf_dppo.core.config import MODE_PRESETS, DPPOConfig
 from openrlhf_dppo.report.advise import RunAdvice, pooled, step_ratio
 
 TIE = 0.02  # a speedup within 2% of another is a tie
@@ -89,7 +94,7 @@ def recommend(
 ) -> Recommendation:
     """The advice of the module docstring for the runs' pooled numbers."""
     f = measured_f(advice)
-    at = f if f is not None else gen_share
+    at = gen_share if gen_share is not None else f  # the machine the user asks about, else this one
     too_short = sorted({note for a in advice for note in a.notes})
     pts = points(advice)
     shares = [a.trend["mean"] for a in advice if a.trend]
@@ -124,8 +129,10 @@ def recommend(
             )  # fmt: skip
             + f", keeps {chosen.kept:.1%} of the gradient-carrying groups (effective {chosen.effective:.1%})"
         )
-        if chosen.rule == "zero-share":
-            lines.append(f"these flags are {PRESET} (zero-share, unseen mean, no completion pruning)")
+        if flags[:1] == [PRESET]:
+            lines.append(
+                f"{PRESET} = zero-share, rate 0.5 until a step is measured, unseen mean, no completion pruning"
+            )
         uniform = min(
             (p for p in pts if p.rule == "uniform"), key=lambda p: abs(p.gen - chosen.gen), default=None
         )
@@ -167,21 +174,34 @@ def recommend(
     return Recommendation(flags, chosen, lines, screening, too_short)
 
 
-def _flags(p: Point, advice: list[RunAdvice]) -> list[str]:
-    cap = statistics.fmean(a.config.zero_share_cap for a in advice)
+def _settings(p: Point, advice: list[RunAdvice]) -> dict[str, object]:
+    """The ``--dppo.*`` settings of the chosen rule (field name -> value)."""
+    mean = {name: statistics.fmean(getattr(a.config, attr) for a in advice)
+            for name, attr in (("history_decay", "decay"), ("history_prior", "prior"), ("q_min", "q_min"),
+                               ("prompt_prune_rate_max", "zero_share_cap"))}  # fmt: skip
     if p.rule == "zero-share":
-        rate = ["--dppo.prompt_rate_control zero-share", "--dppo.prompt_prune_rate 0.5",
-                f"--dppo.prompt_prune_rate_max {cap:g}", "--dppo.unseen_prompts mean"]  # fmt: skip
+        rate: dict[str, object] = {"prompt_rate_control": "zero-share", "prompt_prune_rate": 0.5}
     else:
-        unseen = "keep" if p.rule.endswith("keep") else "mean"
-        rate = ["--dppo.prompt_rate_control fixed", f"--dppo.prompt_prune_rate {p.rate:g}",
-                f"--dppo.unseen_prompts {unseen}"]  # fmt: skip
-    decay = statistics.fmean(a.config.decay for a in advice)
-    prior = statistics.fmean(a.config.prior for a in advice)
-    q_min = statistics.fmean(a.config.q_min for a in advice)
-    history = [
-        f"--dppo.history_decay {decay:g}",
-        f"--dppo.history_prior {prior:g}",
-        f"--dppo.q_min {q_min:g}",
-    ]
-    return rate + ["--dppo.completion_prune_rate 0"] + history + ["--dppo.prompt_log true"]
+        rate = {"prompt_rate_control": "fixed", "prompt_prune_rate": round(p.rate, 4)}
+        del mean["prompt_prune_rate_max"]
+    unseen = "keep" if p.rule.endswith("keep") else "mean"
+    return {**rate, "unseen_prompts": unseen, "completion_prune_rate": 0.0, **mean}
+
+
+def _flags(p: Point, advice: list[RunAdvice]) -> list[str]:
+    """The flags for ``_settings``: ``--dppo.mode recommended`` where the preset holds them, then every
+    setting that differs from the preset's (or the config's default)."""
+    want = _settings(p, advice)
+    defaults = {f.name: f.default for f in dataclasses.fields(DPPOConfig)}
+    preset = MODE_PRESETS["recommended"]
+    use_preset = all(want.get(k) == v for k, v in preset.items())
+    base = {**defaults, **preset} if use_preset else defaults
+    flags = [PRESET] if use_preset else []
+    for name, value in want.items():
+        if name in preset and use_preset:
+            continue
+        if name in ("prompt_rate_control", "unseen_prompts", "completion_prune_rate") or value != base.get(
+            name
+        ):
+            flags.append(f"--dppo.{name} {value:g}" if isinstance(value, float) else f"--dppo.{name} {value}")
+    return flags

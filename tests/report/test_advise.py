@@ -101,6 +101,18 @@ def test_an_oracle_predictable_log(tmp_path, capsys):
     assert "| oracle | 0.50 | 0.900 |" in md and "## Recommendation" in md
 
 
+def test_zero_share_with_unseen_mean_is_written_as_the_preset(tmp_path, capsys):
+    # G = 4, decay 0: the history keeps about 63% of the gradient groups at the share's rate 0.5, as
+    # fast as any rule at that rate; with --min-kept 0.6 zero-share is chosen: the preset, plus the
+    # history setting that differs from the default (decay 0)
+    run = make_run(tmp_path, "g", predictable(steps=8))
+    assert cli_main(["advise", run, "--rates", "0.25,0.5", "--screen-k", "2", "--min-kept", "0.6"]) == 0
+    text = capsys.readouterr().out
+    assert "--dppo.mode recommended --dppo.history_decay 0" in text
+    assert "chosen: zero-share (its mean rate 0.50)" in text
+    assert "--dppo.prompt_rate_control" not in text.split("flags:")[1].split("- ")[0]
+
+
 def test_a_log_no_history_can_predict(tmp_path, capsys):
     runs = [make_run(tmp_path, f"u_s{s}", unpredictable(steps=16, seed=s)) for s in (1, 2)]
     advice = [A.analyse(r, Settings(), (0.5,), (2,)) for r in runs]
