@@ -51,7 +51,9 @@ def test_an_unknown_mode_is_refused_by_the_parser_with_the_choices(capsys):
     with pytest.raises(SystemExit) as err:
         parse(GRPO + ["--dppo.mode", "fast"])
     assert err.value.code == 2
-    assert "--dppo.mode: invalid choice: 'fast' (choose from 'custom', 'recommended')" in capsys.readouterr().err
+    assert (
+        "--dppo.mode: invalid choice: 'fast' (choose from 'custom', 'recommended')" in capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize(
