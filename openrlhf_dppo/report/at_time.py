@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 from openrlhf_dppo.report.curves import Curve
 from openrlhf_dppo.report.load import load_report
+from openrlhf_dppo.report.model import Report
 from openrlhf_dppo.report.run import RunDirError
 from openrlhf_dppo.report.summary import Settings
 
@@ -71,6 +72,37 @@ def fmt(values: Sequence[float | str | None]) -> str:
     return text
 
 
+def at_time_table(report: Report, fractions: list[float], eval_window: int) -> tuple[list[dict], list[str]]:
+    """Every arm's readings at the fractions of the baseline's mean training time, and the table's lines."""
+    base = report.baseline
+    base_time = statistics.fmean(s.train_time or 0.0 for s in base.members)
+    times = [f * base_time for f in fractions]
+    header = ["arm", "seeds", "training time (s)", "final acc", f"{base.name} at that time"] + [
+        f"acc at {f:g} x ({t:.0f} s)" for f, t in zip(fractions, times)
+    ]
+    lines = [
+        f"held-out accuracy ({report.heldout}, running median of {eval_window}) at fractions of "
+        f"{base.name}'s mean training time {base_time:.1f} s; mean ± sd over seeds, [k of n] = seeds with "
+        f"a value then ('{ENDED}': after the run's last eval, '{NOT_YET}': before its first smoothed point)",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    rows = []
+    for arm in report.arms:
+        ends = [s.train_time or 0.0 for s in arm.members]
+        cells = [[reading_at(s.heldout, t) for s in arm.members] for t in times]
+        finals = [s.heldout.final if s.heldout else None for s in arm.members]
+        # the baseline's seeds at this arm's mean training time: equal time, not equal steps
+        base_then = [reading_at(s.heldout, statistics.fmean(ends)) for s in base.members]
+        rows.append({"arm": arm.name, "end": ends, "final": finals, "baseline_then": base_then,
+                     "at": dict(zip(fractions, cells))})  # fmt: skip
+        end = f"{statistics.fmean(ends):.1f}" + (f" ± {statistics.stdev(ends):.1f}" if len(ends) > 1 else "")
+        then = "(baseline)" if arm is base else fmt(base_then)
+        cols = [arm.name, str(arm.n), end, fmt(finals), then] + [fmt(c) for c in cells]
+        lines.append("| " + " | ".join(cols) + " |")
+    return rows, lines
+
+
 def main(argv=None, prog: str | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -88,32 +120,8 @@ def main(argv=None, prog: str | None = None) -> list[dict]:
         report = load_report([], args.arm, args.baseline, settings)
     except (RunDirError, ValueError) as err:
         ap.error(str(err))
-    base = report.baseline
-    base_time = statistics.fmean(s.train_time or 0.0 for s in base.members)
-    times = [f * base_time for f in args.fractions]
-    header = ["arm", "seeds", "training time (s)", "final acc", f"{base.name} at that time"] + [
-        f"acc at {f:g} x ({t:.0f} s)" for f, t in zip(args.fractions, times)
-    ]
-    print(
-        f"held-out accuracy ({report.heldout}, running median of {args.eval_window}) at fractions of "
-        f"{base.name}'s mean training time {base_time:.1f} s; mean ± sd over seeds, [k of n] = seeds with "
-        f"a value then ('{ENDED}': after the run's last eval, '{NOT_YET}': before its first smoothed point)"
-    )
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    rows = []
-    for arm in report.arms:
-        ends = [s.train_time or 0.0 for s in arm.members]
-        cells = [[reading_at(s.heldout, t) for s in arm.members] for t in times]
-        finals = [s.heldout.final if s.heldout else None for s in arm.members]
-        # the baseline's seeds at this arm's mean training time: equal time, not equal steps
-        base_then = [reading_at(s.heldout, statistics.fmean(ends)) for s in base.members]
-        rows.append({"arm": arm.name, "end": ends, "final": finals, "baseline_then": base_then,
-                     "at": dict(zip(args.fractions, cells))})  # fmt: skip
-        end = f"{statistics.fmean(ends):.1f}" + (f" ± {statistics.stdev(ends):.1f}" if len(ends) > 1 else "")
-        then = "(baseline)" if arm is base else fmt(base_then)
-        cols = [arm.name, str(arm.n), end, fmt(finals), then] + [fmt(c) for c in cells]
-        print("| " + " | ".join(cols) + " |")
+    rows, lines = at_time_table(report, args.fractions, args.eval_window)
+    print("\n".join(lines))
     for warning in report.warnings:
         print(f"warning: {warning}")
     return rows

@@ -25,6 +25,7 @@ from typing import Any
 
 from openrlhf_dppo.report.curves import Curve, standard_error
 from openrlhf_dppo.report.load import load_report
+from openrlhf_dppo.report.model import Report
 from openrlhf_dppo.report.run import RunDirError
 from openrlhf_dppo.report.summary import Settings
 
@@ -54,6 +55,30 @@ def spread(values: list[float]) -> str:
     return f"{statistics.fmean(values):.3f} ({min(values):.3f}-{max(values):.3f})"
 
 
+def noise_table(report: Report, from_frac: float) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every arm's late-training statistics (values per seed) and the table's lines; ValueError when an arm
+    has no run with 3 evaluations in its window."""
+    rows: list[dict[str, Any]] = []
+    for arm in report.arms:
+        stats = [s for s in (run_noise(m.heldout, from_frac) for m in arm.members) if s]
+        if not stats:
+            raise ValueError(f"--arm {arm.name}: no run has 3 held-out evaluations in its window")
+        rows.append({"arm": arm.name, "seeds": len(stats), **{k: [s[k] for s in stats] for k in stats[0]}})
+    lines = [
+        f"held-out accuracy ({report.heldout}) over each run's evaluations from {from_frac:g} of its last "
+        "step on; mean (range) over seeds",
+        "| arm | seeds | evals per run | mean acc | sd between evals | mean change eval to eval | SE of the "
+        "prompt set |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = [spread(r[k]) for k in ("mean", "sd", "step_change", "set_se")]
+        lines.append(
+            f"| {r['arm']} | {r['seeds']} | {min(r['evals'])}-{max(r['evals'])} | " + " | ".join(cells) + " |"
+        )
+    return rows, lines
+
+
 def main(argv=None, prog: str | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--arm", action="append", required=True, metavar="NAME=GLOB", help="an arm's runs")
@@ -68,24 +93,11 @@ def main(argv=None, prog: str | None = None) -> list[dict[str, Any]]:
         report = load_report([], args.arm, None, Settings(eval_window=1, heldout=args.heldout))
     except (RunDirError, ValueError) as err:
         ap.error(str(err))
-    rows: list[dict[str, Any]] = []
-    for arm in report.arms:
-        stats = [s for s in (run_noise(m.heldout, args.from_frac) for m in arm.members) if s]
-        if not stats:
-            ap.error(f"--arm {arm.name}: no run has 3 held-out evaluations in its window")
-        rows.append({"arm": arm.name, "seeds": len(stats), **{k: [s[k] for s in stats] for k in stats[0]}})
-    print(
-        f"held-out accuracy ({report.heldout}) over each run's evaluations from {args.from_frac:g} of its last step on; mean (range) over seeds"
-    )
-    print(
-        "| arm | seeds | evals per run | mean acc | sd between evals | mean change eval to eval | SE of the prompt set |"
-    )
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        cells = [spread(r[k]) for k in ("mean", "sd", "step_change", "set_se")]
-        print(
-            f"| {r['arm']} | {r['seeds']} | {min(r['evals'])}-{max(r['evals'])} | " + " | ".join(cells) + " |"
-        )
+    try:
+        rows, lines = noise_table(report, args.from_frac)
+    except ValueError as err:
+        ap.error(str(err))
+    print("\n".join(lines))
     for warning in report.warnings:
         print(f"warning: {warning}")
     return rows

@@ -41,6 +41,7 @@ from typing import Any
 
 from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.report.load import load_report
+from openrlhf_dppo.report.model import Report
 from openrlhf_dppo.report.run import RunDirError
 from openrlhf_dppo.report.speedup import after_warmup
 from openrlhf_dppo.report.summary import Settings
@@ -77,6 +78,39 @@ def spread(values: list[float], fmt: str = ".3f") -> str:
     return f"{mean:{fmt}} ± {sd:{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
 
 
+def arm_table(report: Report, warmup: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every arm's row (values per seed) and the table's lines; ValueError naming a run without the share."""
+    rows: list[dict[str, Any]] = []
+    lines: list[str] = []
+    for arm in report.arms:
+        limits = []
+        for member in arm.members:
+            limit = run_limit(member, warmup)
+            if limit is None:
+                raise ValueError(
+                    f"--arm {arm.name}: run {member.run.name} does not log {R.EQUAL_REWARD_FRAC_HT} and "
+                    f"{R.EQUAL_REWARD_FRAC} on every step after its first {warmup} (a run from "
+                    "before the metric was added)"
+                )
+            limits.append(limit)
+        rows.append({"arm": arm.name, "seeds": len(limits), **{k: [m[k] for m in limits] for k in limits[0]}})
+    lines.append(
+        "share of each drawn batch's groups whose rewards are all equal (no policy gradient), and the "
+        "training time an oracle skipping exactly those would need, as a fraction of the arm's own; "
+        "mean ± sd (range) over seeds"
+    )
+    head = ["arm", "seeds", "steps", "equal-reward share", "first half", "second half", "rolled-out share",
+            "lossless time ratio", "lossless speedup"]  # fmt: skip
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row["arm"], str(row["seeds"]), spread(row["steps"], ".0f"), spread(row["share"]),
+                 spread(row["share_first_half"]), spread(row["share_second_half"]),
+                 spread(row["rolled_out_share"]),
+                 spread(row["time_ratio"]), spread(row["speedup"], ".2f") + "x"]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return rows, lines
+
+
 def main(argv=None, prog: str | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--arm", action="append", required=True, metavar="NAME=GLOB", help="an arm's runs")
@@ -88,34 +122,11 @@ def main(argv=None, prog: str | None = None) -> list[dict[str, Any]]:
         report = load_report([], args.arm, None, Settings(warmup=args.warmup))
     except (RunDirError, ValueError) as err:
         ap.error(str(err))
-    rows: list[dict[str, Any]] = []
-    for arm in report.arms:
-        limits = []
-        for member in arm.members:
-            limit = run_limit(member, args.warmup)
-            if limit is None:
-                ap.error(
-                    f"--arm {arm.name}: run {member.run.name} does not log {R.EQUAL_REWARD_FRAC_HT} and "
-                    f"{R.EQUAL_REWARD_FRAC} on every step after its first {args.warmup} (a run from "
-                    "before the metric was added)"
-                )
-            limits.append(limit)
-        rows.append({"arm": arm.name, "seeds": len(limits), **{k: [m[k] for m in limits] for k in limits[0]}})
-    print(
-        "share of each drawn batch's groups whose rewards are all equal (no policy gradient), and the "
-        "training time an oracle skipping exactly those would need, as a fraction of the arm's own; "
-        "mean ± sd (range) over seeds"
-    )
-    head = ["arm", "seeds", "steps", "equal-reward share", "first half", "second half", "rolled-out share",
-            "lossless time ratio", "lossless speedup"]  # fmt: skip
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    for row in rows:
-        cells = [row["arm"], str(row["seeds"]), spread(row["steps"], ".0f"), spread(row["share"]),
-                 spread(row["share_first_half"]), spread(row["share_second_half"]),
-                 spread(row["rolled_out_share"]),
-                 spread(row["time_ratio"]), spread(row["speedup"], ".2f") + "x"]  # fmt: skip
-        print("| " + " | ".join(cells) + " |")
+    try:
+        rows, lines = arm_table(report, args.warmup)
+    except ValueError as err:
+        ap.error(str(err))
+    print("\n".join(lines))
     for warning in report.warnings:
         print(f"warning: {warning}")
     return rows
