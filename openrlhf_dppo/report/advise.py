@@ -33,7 +33,7 @@ from openrlhf_dppo import prompt_log
 from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.report import speedup as S
 from openrlhf_dppo.report.run import Run, RunDirError, load_run
-from openrlhf_dppo.report.selection import Replay, Step, history_auc, replay
+from openrlhf_dppo.report.selection import Replay, Step, history_auc, read_steps, replay
 from openrlhf_dppo.report.summary import RunSummary, Settings, summarize
 
 MIN_STEPS_TREND = 50  # fewer steps: the trend of the share is not told
@@ -104,24 +104,15 @@ def recurrence(steps: list[Step]) -> dict[str, float]:
 
 
 def load_steps(run: Run) -> tuple[list[Step] | None, str | None]:
-    """The run's logged steps, or None and why not (no prompt log; a DPPO log)."""
+    """The run's logged steps, or None and why not (no prompt log); a DPPO log comes with why it is not
+    replayed."""
     try:
-        rows = prompt_log.read(run.path)
+        steps, grpo = read_steps(run.path)
     except RunDirError as err:
         return None, str(err)
-    if not rows:
+    if not steps:
         return None, f"{run.name}: prompts.jsonl has no trained step"
-    steps = []
-    for row in rows:
-        lengths = row.get(prompt_log.LENGTHS)
-        steps.append(
-            Step(
-                np.asarray(row["index"], dtype=np.int64),
-                np.asarray(row["rewards"], dtype=np.float64),
-                None if lengths is None else np.asarray(lengths, dtype=np.float64),
-            )
-        )
-    if any(q != 1.0 for row in rows for q in row["q"]):
+    if not grpo:
         return steps, (
             f"{run.name}: prompts were rolled out with q < 1 (a DPPO run): its log holds only what its own "
             "rule kept, so the rules are not replayed (make a GRPO run with --dppo.prompt_log true)"

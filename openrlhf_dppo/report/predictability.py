@@ -52,12 +52,11 @@ import sys
 import numpy as np
 import torch
 
-from openrlhf_dppo import prompt_log
 from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.core.history import REWARD_KINDS, PromptHistory
 from openrlhf_dppo.core.keep_probs import prompt_keep_probs
 from openrlhf_dppo.report.curves import Spread
-from openrlhf_dppo.report.selection import auc
+from openrlhf_dppo.report.selection import auc, read_steps
 from openrlhf_dppo.report.tables import fmt_spread
 
 DEFAULT_HISTORIES = ("0.5:1", "0:1", "0.5:0.25", "0.9:1")
@@ -74,18 +73,17 @@ def parse_history(text: str) -> tuple[float, float]:
 
 
 def load_steps(run: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """A GRPO run's logged steps as (dataset indices (n,), rewards (n, G)); refuses a run with q < 1."""
-    steps = []
-    for row in prompt_log.read(run):
-        if any(q != 1.0 for q in row["q"]):
-            raise ValueError(
-                f"{run}: step {row[R.STEP]} has groups rolled out with q < 1 (a DPPO run): the study needs "
-                "every drawn prompt's group, from a GRPO run (--dppo.enable false --dppo.prompt_log true)"
-            )
-        steps.append((np.asarray(row["index"], dtype=np.int64), np.asarray(row["rewards"], dtype=np.float64)))
+    """A GRPO run's logged steps as (dataset indices (n,), rewards (n, G)) (``selection.read_steps``,
+    advise's reader); refuses a run with q < 1."""
+    steps, grpo = read_steps(run)
+    if not grpo:
+        raise ValueError(
+            f"{run}: groups were rolled out with q < 1 (a DPPO run): the study needs every drawn prompt's "
+            "group, from a GRPO run (--dppo.enable false --dppo.prompt_log true)"
+        )
     if not steps:
         raise ValueError(f"{run}: prompts.jsonl has no trained step")
-    return steps
+    return [(s.index, s.rewards) for s in steps]
 
 
 class Tally:

@@ -39,11 +39,13 @@ expectation over the independent keep draws. Without logged lengths round 2 is c
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from openrlhf_dppo import prompt_log
 from openrlhf_dppo.core.history import PromptHistory
 from openrlhf_dppo.core.keep_probs import prompt_keep_probs
 from openrlhf_dppo.core.rate_control import PromptRateControl
@@ -65,6 +67,22 @@ class Step:
 
     def tokens(self) -> np.ndarray:  # (n, G): the lengths, or 1 per completion when not logged
         return np.ones_like(self.rewards) if self.lengths is None else self.lengths.astype(np.float64)
+
+
+def read_steps(run_dir: str | os.PathLike) -> tuple[list[Step], bool]:
+    """The run's prompt log as Steps (``prompt_log.read``: the trained steps, lengths where logged) and
+    whether every group was rolled out with q = 1 (a GRPO run's log: every drawn prompt's group).
+    Raises RunDirError without a log."""
+    rows = prompt_log.read(run_dir)
+    steps = [
+        Step(
+            np.asarray(row["index"], dtype=np.int64),
+            np.asarray(row["rewards"], dtype=np.float64),
+            None if row.get(prompt_log.LENGTHS) is None else np.asarray(row[prompt_log.LENGTHS], np.float64),
+        )
+        for row in rows
+    ]
+    return steps, all(q == 1.0 for row in rows for q in row["q"])
 
 
 @dataclass(frozen=True)
