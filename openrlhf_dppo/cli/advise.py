@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rates = _numbers(args.rates, "--rates")
         ks = _numbers(args.screen_k, "--screen-k", int)
+        if any(not 0.0 < r < 1.0 for r in rates):
+            raise ValueError(f"--rates must lie in (0, 1 - q_min], got {args.rates}")
         if args.gen_share is not None and not 0.0 <= args.gen_share <= 1.0:
             raise ValueError(f"--gen-share is a share of the step in [0, 1], got {args.gen_share}")
         if not 0.0 < args.min_kept <= 1.0:

@@ -53,14 +53,20 @@ def phase_table(advice: list[RunAdvice]) -> Table:
 
 
 def recurrence_table(advice: list[RunAdvice]) -> Table:
-    head = ["run", "groups seen before", "distinct prompts", "draws per prompt", "median gap (steps)"]
+    head = ["run", "seen before", "distinct prompts", "draws per prompt", "median gap", "history AUC"]
     rows = []
     for a in advice:
         r = a.recurrence
         if r is not None:
+            auc = None if a.auc is None or math.isnan(a.auc) else a.auc
             rows.append([a.run.name[:24], f"{r['seen_before']:.3f}", f"{r['distinct']:.0f}",
-                         f"{r['draws_per_prompt']:.2f}", fmt(r["median_gap"], ".0f")])  # fmt: skip
-    return "how often prompts recur in the prompt log", head, rows
+                         f"{r['draws_per_prompt']:.2f}", fmt(r["median_gap"], ".0f"), fmt(auc, ".3f")])  # fmt: skip
+    title = (
+        "how often prompts recur in the prompt log (seen before: the share of groups whose prompt was drawn at "
+        "an earlier step; median gap in steps) and the history's AUC on seen prompts (P(a gradient-carrying "
+        "group scored above an all-equal one); 0.5: no better than chance)"
+    )
+    return title, head, rows
 
 
 def rule_table(advice: list[RunAdvice], f: float | None, gen_share: float | None, console: bool) -> Table:

@@ -99,6 +99,7 @@ def test_an_oracle_predictable_log(tmp_path, capsys):
     assert {p.name for p in out.iterdir()} == {"advise.md", "advise.png"}
     md = (out / "advise.md").read_text()
     assert "| oracle | 0.50 | 0.900 |" in md and "## Recommendation" in md
+    assert "| g | 0.900 | 8 | 10.00 | 1 | 1.000 |" in md  # recurrence and the history's AUC
 
 
 def test_zero_share_with_unseen_mean_is_written_as_the_preset(tmp_path, capsys):
@@ -198,7 +199,8 @@ def test_bad_input_exits_2_with_the_reason(tmp_path, capsys):
     run = make_run(tmp_path, "g", predictable(steps=2))
     for argv, says in [
         ([run, "--gen-share", "1.5"], "--gen-share is a share"),
-        ([run, "--rates", "0.95"], "--rates must lie in"),
+        ([run, "--rates", "0.95"], "--rates must lie in (0, 1 - q_min = 0.9]"),
+        ([run, "--rates", "1.5"], "--rates must lie in"),
         ([run, "--rates", "x"], "--rates must be numbers"),
         ([run, "--min-kept", "0"], "--min-kept must be in"),
         ([str(tmp_path / "none_*")], "matches no run directory"),
