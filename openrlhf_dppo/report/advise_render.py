@@ -78,7 +78,12 @@ def rule_table(advice: list[RunAdvice], f: float | None, gen_share: float | None
     title = (
         "selection rules replayed on the prompt log: kept = expected share of the gradient-carrying groups "
         "rolled out, gen / train = cost as a share of GRPO's, speedup = ideal step time (no completion "
-        f"pruning) at f = {fmt(f, '.2f')} and at the given generation share {fmt(gen_share, '.2f')}"
+        f"pruning) at f = {fmt(f, '.2f')} and "
+        + (
+            "at --gen-share (none given)"
+            if gen_share is None
+            else f"at the given generation share {gen_share:.2f}"
+        )
     )
     return title, head, rows
 
