@@ -48,7 +48,7 @@ from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters import packing
 from openrlhf_dppo.adapters._ray import remote_like, swap_attr, unwrap_actor_class
 from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker, DPPOExperienceMaker
-from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError
+from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError, response_tokens
 from openrlhf_dppo.adapters.step import StepContext
 from openrlhf_dppo.core import DPPOConfig, PromptHistory, reward_stats
 from openrlhf_dppo.core.config import DPPOConfigError
@@ -226,8 +226,9 @@ class _DPPOTrainer(_PPOTrainerBase):
 
     def _prompt_rows(self, ctx: StepContext, rolled_out, G: int):
         """``--dppo.prompt_log``: the step's rolled-out groups for ``prompt_log.append`` (dynamic filtering's
-        dropped ones too) as (dataset indices, q (1 where DPPO did not draw it), RAW rewards (n, G)), taken
-        before the experience maker applies any length penalty to the samples in place."""
+        dropped ones too) as (dataset indices, q (1 where DPPO did not draw it), RAW rewards (n, G), response
+        lengths in tokens (n, G)), taken before the experience maker applies any length penalty to the samples
+        in place."""
         rewards = torch.cat([s.rewards.reshape(-1) for s in rolled_out]).to(torch.float64).reshape(-1, G)
         index, q = [], []
         for sample in rolled_out[::G]:
@@ -236,7 +237,8 @@ class _DPPOTrainer(_PPOTrainerBase):
                 tag.index if tag is not None else self.samples_generator.prompt_index[sample.prompts[0]]
             )
             q.append(1.0 if tag is None else tag.q)
-        return index, q, rewards.tolist()
+        lengths = [response_tokens(s) for s in rolled_out]
+        return index, q, rewards.tolist(), [lengths[j : j + G] for j in range(0, len(lengths), G)]
 
     # ---- logs, checkpoints, evaluation -----------------------------------------------------------
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):

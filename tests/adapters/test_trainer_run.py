@@ -202,7 +202,7 @@ def test_reward_statistics_are_of_the_raw_rewards_not_the_length_penalised_ones(
 
 
 @pytest.mark.parametrize("enable", [True, False])
-def test_the_prompt_log_has_every_rolled_out_group_with_its_index_q_and_raw_rewards(tmp_path, enable):
+def test_the_prompt_log_has_every_rolled_out_group_with_its_index_q_raw_rewards_and_lengths(tmp_path, enable):
     """Two steps, the second pruned (DPPO) and dynamic filtering on: each line is one step's rolled-out
     groups, the filtered ones too, with the dataset index, the q it was drawn with and the rewards as the
     reward function returned them (not those the overlong penalty shapes for training)."""
@@ -221,6 +221,9 @@ def test_the_prompt_log_has_every_rolled_out_group_with_its_index_q_and_raw_rewa
         assert row["rewards"] == [
             [float(s.info["score"]) for s in rolled[j : j + G]] for j in range(0, len(rolled), G)
         ]
+        assert row["lengths"] == [
+            [int(s.action_mask.sum()) for s in rolled[j : j + G]] for j in range(0, len(rolled), G)
+        ]  # response tokens: what a screen's second round would generate
         drawn = [samples.ctx.prompt(s.prompts[0]) for s in rolled[::G]]
         assert row["q"] == [1.0 if d is None else d.q for d in drawn]
     assert any(s.ctx.filtered for s in steps)  # dynamic filtering dropped groups, and they are in the log
