@@ -186,9 +186,9 @@ class DPPOConfig:
     )
     prompt_log: bool = option(
         False,
-        "true: append each step's rolled-out groups (dataset index, keep probability q, raw rewards) to "
-        "prompts.jsonl in the run directory, DPPO on or off: the data of benchmarks/prompt_predictability.py, "
-        "which measures how well a prompt's history predicts its groups without gradient",
+        "true: append each step's rolled-out groups (dataset index, keep probability q, raw rewards, "
+        "response lengths) to prompts.jsonl in the run directory, DPPO on or off: the data of "
+        "`openrlhf-dppo advise`, which replays the prompt selection rules on it",
     )
 
     short_batch: str = option(

@@ -70,7 +70,7 @@ def reward_stats(rewards: torch.Tensor, q: torch.Tensor | None = None, num_drawn
       group estimator every advantage of such a group is 0, so it has no policy gradient), and its
       Horvitz-Thompson estimate for the drawn batch, ``rollout/equal_reward_frac_ht`` =
       (1 / B_drawn) * sum_j e_j / q_j with e_j = 1 for such a group: the share of GRPO's batch that
-      an oracle could skip without changing the policy gradient (``benchmarks/lossless_limit.py``).
+      an oracle could skip without changing the policy gradient (``openrlhf_dppo.report.lossless``).
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must have shape (n, G), got {tuple(rewards.shape)}")
