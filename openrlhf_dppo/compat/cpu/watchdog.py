@@ -86,12 +86,15 @@ class Watchdog:
             last, event = None, None
         if last is None:
             if now - self.started > self.startup_s:
-                return f"no progress {now - self.started:.0f}s after start (limit {self.startup_s:.0f}s)"
+                hint = stale_op_locks_hint()
+                return f"no progress {now - self.started:.0f}s after start (limit {self.startup_s:.0f}s)" + (
+                    f". {hint}" if hint else ""
+                )
             return None
         if now - last > self.stall_s:
-            return (
-                f"no progress for {now - last:.0f}s (limit {self.stall_s:.0f}s); last event: {event}. "
-                "A hang here usually means the trainer -> vLLM weight sync is not connected "
+            return f"no progress for {now - last:.0f}s (limit {self.stall_s:.0f}s); last event: {event}. " + (
+                stale_op_locks_hint()
+                or "A hang here usually means the trainer -> vLLM weight sync is not connected "
                 f"(check that the gloo_weight_sync and worker_extension patches are on: {ENV_DISABLE})"
             )
         return None
@@ -102,6 +105,29 @@ class Watchdog:
             if msg:
                 self.on_fire(msg)
                 return
+
+
+def op_build_locks(root: str | None = None) -> list[str]:
+    """The ``lock`` files of torch's C++ extension builds (DeepSpeed's CPU ops: ``fused_adam``,
+    ``deepspeed_shm_comm``) under ``root`` (``TORCH_EXTENSIONS_DIR``, else ~/.cache/torch_extensions). A build
+    that was killed leaves its lock, and every later run waits on it for ever without a word."""
+    root = root or os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.expanduser("~/.cache/torch_extensions")
+    found = []
+    for dirpath, _, files in os.walk(root):
+        if "lock" in files:
+            found.append(os.path.join(dirpath, "lock"))
+    return sorted(found)
+
+
+def stale_op_locks_hint(root: str | None = None) -> str | None:
+    """A line naming the op-build locks that have outlived a build (older than 10 minutes), or None."""
+    old = [p for p in op_build_locks(root) if time.time() - os.path.getmtime(p) > 600]
+    if not old:
+        return None
+    return (
+        f"A DeepSpeed op build lock is held with no build running: {', '.join(old)}. A killed build leaves it, "
+        "and every run then waits on it; delete it (no other run building ops on this machine) and start again"
+    )
 
 
 def _end_run(msg: str) -> None:
