@@ -27,9 +27,8 @@ import sys
 from collections.abc import Sequence
 
 from openrlhf_dppo.report.curves import Curve
-from openrlhf_dppo.report.load import load_report
+from openrlhf_dppo.report.load import load_report, print_analysis
 from openrlhf_dppo.report.model import Report
-from openrlhf_dppo.report.run import RunDirError
 from openrlhf_dppo.report.summary import Settings
 
 ENDED, NOT_YET, NO_EVAL = "ended", "not yet", "no eval"
@@ -115,16 +114,13 @@ def main(argv=None, prog: str | None = None) -> list[dict]:
     ap.add_argument("--heldout", help="eval dataset (default: the mean over those all runs share)")
     ap.add_argument("--eval-window", type=int, default=3, help="running-median window over eval points, odd")
     args = ap.parse_args(argv)
-    try:
-        settings = Settings(eval_window=args.eval_window, heldout=args.heldout)
-        report = load_report([], args.arm, args.baseline, settings)
-    except (RunDirError, ValueError) as err:
-        ap.error(str(err))
-    rows, lines = at_time_table(report, args.fractions, args.eval_window)
-    print("\n".join(lines))
-    for warning in report.warnings:
-        print(f"warning: {warning}")
-    return rows
+    return print_analysis(
+        ap,
+        lambda: load_report(
+            [], args.arm, args.baseline, Settings(eval_window=args.eval_window, heldout=args.heldout)
+        ),
+        lambda report: at_time_table(report, args.fractions, args.eval_window),
+    )
 
 
 if __name__ == "__main__":

@@ -24,9 +24,8 @@ import sys
 from typing import Any
 
 from openrlhf_dppo.report.curves import Curve, standard_error
-from openrlhf_dppo.report.load import load_report
+from openrlhf_dppo.report.load import load_report, print_analysis
 from openrlhf_dppo.report.model import Report
-from openrlhf_dppo.report.run import RunDirError
 from openrlhf_dppo.report.summary import Settings
 
 
@@ -89,18 +88,11 @@ def main(argv=None, prog: str | None = None) -> list[dict[str, Any]]:
     args = ap.parse_args(argv)
     if not 0.0 <= args.from_frac < 1.0:
         ap.error(f"--from-frac must be in [0, 1), got {args.from_frac}")
-    try:
-        report = load_report([], args.arm, None, Settings(eval_window=1, heldout=args.heldout))
-    except (RunDirError, ValueError) as err:
-        ap.error(str(err))
-    try:
-        rows, lines = noise_table(report, args.from_frac)
-    except ValueError as err:
-        ap.error(str(err))
-    print("\n".join(lines))
-    for warning in report.warnings:
-        print(f"warning: {warning}")
-    return rows
+    return print_analysis(
+        ap,
+        lambda: load_report([], args.arm, None, Settings(eval_window=1, heldout=args.heldout)),
+        lambda report: noise_table(report, args.from_frac),
+    )
 
 
 if __name__ == "__main__":

@@ -6,12 +6,14 @@ baseline -> :class:`report.Report` (``load_report``). The one path shared by ``o
 
 from __future__ import annotations
 
+import argparse
 import glob
 from pathlib import Path
+from typing import Any, Callable
 
 from openrlhf_dppo.report.arms import build_report
 from openrlhf_dppo.report.model import Report
-from openrlhf_dppo.report.run import load_run, run_names
+from openrlhf_dppo.report.run import RunDirError, load_run, run_names
 from openrlhf_dppo.report.summary import Settings
 
 GLOB_CHARS = set("*?[")
@@ -79,3 +81,24 @@ def load_report(runs: list[str], arm_specs: list[str], baseline: str | None, set
     if baseline is not None and baseline in paths:
         baseline = loaded[paths.index(baseline)].name
     return build_report(loaded, settings, baseline=baseline, arms=arms)
+
+
+def print_analysis(
+    ap: argparse.ArgumentParser,
+    make_report: Callable[[], Report],
+    make_table: Callable[[Report], tuple[list[dict], list[str]]],
+) -> list[Any]:
+    """The command-line tail the run-directory analyses share: build the report, then the table, each
+    error a usage error of ``ap``; print the table's lines and the report's warnings; return the rows."""
+    try:
+        report = make_report()
+    except (RunDirError, ValueError) as err:
+        ap.error(str(err))
+    try:
+        rows, lines = make_table(report)
+    except ValueError as err:
+        ap.error(str(err))
+    print("\n".join(lines))
+    for warning in report.warnings:
+        print(f"warning: {warning}")
+    return rows

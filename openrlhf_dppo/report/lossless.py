@@ -40,9 +40,8 @@ import sys
 from typing import Any
 
 from openrlhf_dppo import run_dir as R
-from openrlhf_dppo.report.load import load_report
+from openrlhf_dppo.report.load import load_report, print_analysis
 from openrlhf_dppo.report.model import Report
-from openrlhf_dppo.report.run import RunDirError
 from openrlhf_dppo.report.speedup import after_warmup
 from openrlhf_dppo.report.summary import Settings
 
@@ -118,18 +117,11 @@ def main(argv=None, prog: str | None = None) -> list[dict[str, Any]]:
     args = ap.parse_args(argv)
     if args.warmup < 0:
         ap.error(f"--warmup must be >= 0, got {args.warmup}")
-    try:
-        report = load_report([], args.arm, None, Settings(warmup=args.warmup))
-    except (RunDirError, ValueError) as err:
-        ap.error(str(err))
-    try:
-        rows, lines = arm_table(report, args.warmup)
-    except ValueError as err:
-        ap.error(str(err))
-    print("\n".join(lines))
-    for warning in report.warnings:
-        print(f"warning: {warning}")
-    return rows
+    return print_analysis(
+        ap,
+        lambda: load_report([], args.arm, None, Settings(warmup=args.warmup)),
+        lambda report: arm_table(report, args.warmup),
+    )
 
 
 if __name__ == "__main__":
