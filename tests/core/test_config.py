@@ -16,6 +16,7 @@ def test_defaults_match_design():
     c = DPPOConfig()
     assert c.asdict() == {
         "enable": True,
+        "mode": "custom",  # the flags as given; a preset is expanded on the command line (cli.flags)
         "prompt_prune_rate": 0.0,
         "prompt_rate_control": "fixed",
         "prompt_prune_rate_max": 0.7,
@@ -128,7 +129,7 @@ def test_every_field_has_help_and_the_choice_fields_read_their_registry():
     choices = {f.name: f.metadata["choices"] for f in dataclasses.fields(DPPOConfig) if f.metadata["choices"]}
     assert set(choices) == {
         "completion_policy", "sampling", "packer", "reward_kind", "unseen_prompts", "prompt_batch",
-        "token_normalizer", "prompt_rate_control", "short_batch",
+        "token_normalizer", "prompt_rate_control", "short_batch", "mode",
     }  # fmt: skip
     from openrlhf_dppo.core import COMPLETION_POLICIES, PACKERS, SAMPLING_DESIGNS
 
