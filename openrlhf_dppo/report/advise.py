@@ -132,7 +132,18 @@ def run_config(run: Run, rates: tuple[float, ...], ks: tuple[int, ...]) -> Repla
         q_min=float(dppo.get("q_min", base.q_min)),
         screen_ks=ks,
         zero_share_cap=float(dppo.get("prompt_prune_rate_max", base.zero_share_cap)),
+        zero_drop=zero_drop_allowed(run.config.get("args") or {}),
     )
+
+
+def zero_drop_allowed(args: dict) -> bool:
+    """Whether a DPPO run with this run's flags drops advantage-0 completions exactly (the experience maker's
+    rule): --dppo.drop_zero_advantage, no KL (in reward or loss) or entropy term, no batch whitening."""
+    algo, actor = args.get("algo") or {}, args.get("actor") or {}
+    kl = float(((algo.get("kl") or {}).get("init_coef")) or 0.0) > 0
+    entropy = float(actor.get("entropy_coef") or 0.0) != 0
+    whitened = (algo.get("advantage") or {}).get("estimator") == "reinforce_baseline"
+    return bool((args.get("dppo") or {}).get("drop_zero_advantage", True)) and not (kl or entropy or whitened)
 
 
 def analyse(path: str, settings: Settings, rates: tuple[float, ...], ks: tuple[int, ...]) -> RunAdvice:

@@ -77,8 +77,8 @@ def rule_table(advice: list[RunAdvice], f: float | None, gen_share: float | None
         rows.append([p.rule, f"{p.rate:.2f}", *cells, _speed(p, f), _speed(p, gen_share)])
     title = (
         "selection rules replayed on the prompt log: kept = expected share of the gradient-carrying groups "
-        "rolled out, gen / train = cost as a share of GRPO's, speedup = ideal step time (no completion "
-        f"pruning) at f = {fmt(f, '.2f')} and "
+        "rolled out, gen / train = cost as a share of GRPO's, speedup = ideal step time (only the exact "
+        f"A = 0 drop) at f = {fmt(f, '.2f')} and "
         + (
             "at --gen-share (none given)"
             if gen_share is None

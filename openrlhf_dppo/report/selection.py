@@ -30,7 +30,9 @@ count (the expected share of them rolled out), ``effective`` = their harmonic me
 GRPO's gradient groups a 1/q-weighted step is worth when their gradients are alike), ``gen`` and ``train``
 = the generation and training cost as a share of GRPO's. Cost model: a round of generation costs its
 share of GRPO's generated tokens (the logged completion lengths when prompts.jsonl has them, else every
-completion alike), training the share of the tokens trained. Screening's round 1 is such a share (k/G of
+completion alike), training the share of the tokens trained: with the exact drop of advantage-0
+completions on (``Replay.zero_drop``, the run's own settings allow it) only the rolled-out groups that
+carry gradient, as the trainer does (GRPO trains every group). Screening's round 1 is such a share (k/G of
 every group); its round 2 is a second, sequential round, charged at least its own longest completion
 against the step's longest: gen = t1 + max(t2, E[longest of round 2] / longest of the step), the
 expectation over the independent keep draws. Without logged lengths round 2 is charged a whole round
@@ -97,6 +99,9 @@ class Replay:
     screen_ks: tuple[int, ...] = SCREEN_KS
     zero_share_initial: float = 0.5  # --dppo.prompt_prune_rate: zero-share's rate until a step is measured
     zero_share_cap: float = 0.7  # --dppo.prompt_prune_rate_max
+    # the trainer's exact drop of advantage-0 completions is on (--dppo.drop_zero_advantage, no KL or entropy
+    # term, a group estimator without batch whitening): a rolled-out all-equal group is generated, not trained
+    zero_drop: bool = True
 
 
 @dataclass
@@ -176,7 +181,8 @@ def replay(steps: list[Step], cfg: Replay) -> dict[str, dict[float, dict[str, fl
     def tally(rule: str, rate: float, q: np.ndarray, step: Step, gen=None, train=None, at=None) -> None:
         tok = step.tokens()
         share = float((q * tok.sum(axis=1)).sum() / tok.sum())
-        gen, train = share if gen is None else gen, share if train is None else train
+        trained = float((q * step.grad * tok.sum(axis=1)).sum() / tok.sum()) if cfg.zero_drop else share
+        gen, train = share if gen is None else gen, trained if train is None else train
         tallies.setdefault((rule, rate), Tally()).add(q, step.grad, gen, train, rate if at is None else at)
 
     for number, step in enumerate(steps, 1):
@@ -204,8 +210,7 @@ def replay(steps: list[Step], cfg: Replay) -> dict[str, dict[float, dict[str, fl
                         l2 = 1.0  # round 2 may hold the step's longest completion: a whole round
                     else:
                         l2 = expected_longest(tok[:, k:].max(axis=1), q) / float(tok.max())
-                    train = float((q * tok.sum(axis=1)).sum() / tok.sum())
-                    tally(f"screen k={k} {label}", r, q, step, gen=t1 + max(t2, l2), train=train)
+                    tally(f"screen k={k} {label}", r, q, step, gen=t1 + max(t2, l2))
         hist.update(torch.from_numpy(index), torch.from_numpy(step.rewards), number)
         control.observe(float(1.0 - grad.mean()))
     out: dict[str, dict[float, dict[str, float]]] = {}

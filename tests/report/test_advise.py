@@ -208,3 +208,22 @@ def test_bad_input_exits_2_with_the_reason(tmp_path, capsys):
         assert cli_main(["advise", *argv]) == 2
         assert says in capsys.readouterr().err
     assert cli_main(["--help"]) == 0 and "advise" in capsys.readouterr().out
+
+
+def test_training_cost_counts_only_the_gradient_groups_where_the_exact_zero_drop_is_on(tmp_path):
+    """Half the groups are all equal: a uniform draw at r = 0.5 generates half of GRPO's tokens and, with
+    the trainer's exact drop of advantage-0 completions, trains only its mixed groups (a quarter); with
+    a KL term in the run's flags (no exact drop) it trains all it generates."""
+    steps = predictable(steps=4)
+    plain = A.analyse(make_run(tmp_path, "a", steps), Settings(), (0.5,), ())
+    assert plain.replayed["uniform"][0.5]["gen"] == pytest.approx(0.5)
+    assert plain.replayed["uniform"][0.5]["train"] == pytest.approx(0.25)
+    kl = make_run(tmp_path, "kl", steps)
+    cfg = json.loads((Path(kl) / "run_config.json").read_text())
+    cfg["args"]["algo"] = {"kl": {"init_coef": 0.01}}
+    (Path(kl) / "run_config.json").write_text(json.dumps(cfg))
+    with_kl = A.analyse(kl, Settings(), (0.5,), ())
+    assert with_kl.replayed["uniform"][0.5]["train"] == pytest.approx(0.5)
+    assert A.zero_drop_allowed({}) and not A.zero_drop_allowed({"actor": {"entropy_coef": 0.01}})
+    assert not A.zero_drop_allowed({"algo": {"advantage": {"estimator": "reinforce_baseline"}}})
+    assert not A.zero_drop_allowed({"dppo": {"drop_zero_advantage": False}})
