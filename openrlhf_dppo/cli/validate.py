@@ -38,7 +38,7 @@ from openrlhf_dppo.core.packing import micro_batch_capacity
 
 #: estimators whose advantages DPPO computes on the full groups (core.group_advantages); REINFORCE++-baseline's
 #: batch whitening is then estimated from the kept completions (core.token_whitening)
-GROUP_ESTIMATORS = ("group_norm", "dr_grpo", "reinforce_baseline")
+GROUP_ESTIMATORS = ("group_norm", "dr_grpo", "rloo", "reinforce_baseline")
 #: extensions OpenRLHF's blending_datasets always loads as local files
 DATA_FILE_EXTENSIONS = (".json", ".jsonl", ".csv", ".parquet", ".arrow", ".py")
 _HUB_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
@@ -107,7 +107,7 @@ def check_dppo_requirements(flags: dict, cfg: DPPOConfig) -> None:
         raise FlagError(
             "--algo.advantage.estimator",
             "gae: DPPO prunes whole completions by their group advantage and skips their forward passes; a "
-            "critic (GAE) needs every sequence. Use group_norm, dr_grpo or reinforce_baseline.",
+            "critic (GAE) needs every sequence. Use group_norm, dr_grpo, rloo or reinforce_baseline.",
         )
     if est not in GROUP_ESTIMATORS:
         raise FlagError(

@@ -4,11 +4,12 @@ Implemented, for rewards of shape (n_groups, G):
 
     group_norm:          A = (r - mean) / (std + eps)     std unbiased (Bessel) by default, eps = 1e-9
     dr_grpo:             A = r - mean
+    rloo:                A = r - (sum - r) / (G - 1)     the leave-one-out mean of the other G - 1
     reinforce_baseline:  A = r - mean, then (after the per-token returns are made) whitened over the
                          whole rollout batch's tokens: A' = (A_t - m) / s (``token_whitening``)
 
 With the defaults these are OpenRLHF 0.11.2's formulas (``experience_maker.py``, the ``group_norm``,
-``dr_grpo`` and ``reinforce_baseline`` branches; the last whitens per token with the action-mask mean m and
+``dr_grpo``, ``rloo`` and ``reinforce_baseline`` branches; the last whitens per token with the action-mask mean m and
 the population std s, s**2 clamped at 1e-8, unless ``--algo.advantage.no_std_norm``), taken in float64 and returned in the input's dtype (at least float32).
 Departures: (1) the float64 statistics. OpenRLHF takes them in float32, where a group whose rewards are
 all equal but not exactly representable (countdown's 0.05 for a wrong answer) has a mean off by a few
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-ESTIMATORS = ("group_norm", "dr_grpo", "reinforce_baseline")
+ESTIMATORS = ("group_norm", "dr_grpo", "rloo", "reinforce_baseline")
 #: estimators whose advantages are whitened over the rollout batch's tokens after the group step
 BATCH_WHITENED = ("reinforce_baseline",)
 
@@ -49,6 +50,8 @@ def group_advantages(
     r = rewards.to(torch.float64)  # float64 statistics: see the module docstring
     if r.shape[1] <= 1:
         return torch.zeros_like(r, dtype=out)  # (n_groups, 1): no baseline in a group of one
+    if estimator == "rloo":
+        return (r - (r.sum(-1, keepdim=True) - r) / (r.shape[1] - 1)).to(out)  # (n_groups, G)
     centred = r - r.mean(-1, keepdim=True)
     if estimator in ("dr_grpo", "reinforce_baseline"):
         return centred.to(out)  # (n_groups, G)

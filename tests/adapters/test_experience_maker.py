@@ -35,9 +35,10 @@ def by_sample(experiences, ids):
     return out
 
 
+@pytest.mark.parametrize("estimator", ["group_norm", "rloo"])
 @pytest.mark.parametrize("kl", ["none", "reward", "loss"])
-def test_zero_pruning_reproduces_grpo_advantages_exactly(kl):
-    args = args_for(kl=kl)
+def test_zero_pruning_reproduces_grpo_advantages_exactly(kl, estimator):
+    args = args_for(kl=kl, extra=["--algo.advantage.estimator", estimator])
     G = args.rollout.n_samples_per_prompt
     samples = tag(rollout_batch(5, G, seed=1), G)
     grpo_samples = copy.deepcopy(samples)

@@ -88,7 +88,7 @@ REFUSED = {
         "DPPO needs the rewards on the rollouts",
     ),
     "non-group-estimator": (
-        lambda a: replaced(a, "--algo.advantage.estimator", "rloo"), "--algo.advantage.estimator",
+        lambda a: replaced(a, "--algo.advantage.estimator", "reinforce"), "--algo.advantage.estimator",
         "needs a group estimator",
     ),
     "zero-train-token-budget": (
@@ -248,7 +248,7 @@ ACCEPTED = {
     # the GRPO baseline takes what OpenRLHF takes: DPPO's requirements do not apply
     "grpo-with-openrlhf-only-settings": lambda a, d: _no_reward(_no_vllm(a)) + [
         "--dppo.enable", "false", "--reward.model_name_or_path", "org/rm", "--actor.aux_loss_coef", "0.01",
-        "--algo.advantage.estimator", "rloo", "--data.max_len", "256",
+        "--algo.advantage.estimator", "reinforce", "--data.max_len", "256",
     ],
 }  # fmt: skip
 

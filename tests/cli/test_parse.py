@@ -82,7 +82,7 @@ def test_every_flag_defaults_to_its_field_default_and_run_options_parse():
         (["--dppo.schedule_steps", "0"], "--dppo.schedule_steps"),
         (["--dppo.max_steps", "10", "--dppo.schedule_steps", "9"], "--dppo.schedule_steps"),
         (["--algo.advantage.estimator", "gae", "--critic.model_name_or_path", "x"], "--algo.advantage.estimator"),
-        (["--algo.advantage.estimator", "rloo"], "--algo.advantage.estimator"),
+        (["--algo.advantage.estimator", "reinforce"], "--algo.advantage.estimator"),
         (["--train.async_enable"], "--train.async_enable"),
         (["--dppo.prompt_prune_rate", "0.5", "--dppo.prompt_batch", "refill", "--dppo.sampling", "bernoulli"],
          "--dppo.prompt_batch"),
@@ -131,7 +131,10 @@ def test_grpo_baseline_keeps_openrlhf_flags_dppo_refuses():
     """--dppo.enable false runs what OpenRLHF runs: DPPO's requirements do not apply to it."""
     off = ["--dppo.enable", "false"]
     grpo = [without(GRPO, "--reward.remote_url") + ["--reward.model_name_or_path", "some/rm"]]
-    grpo += [replaced(GRPO, "--algo.advantage.estimator", "rloo"), GRPO + ["--actor.aux_loss_coef", "0.01"]]
+    grpo += [
+        replaced(GRPO, "--algo.advantage.estimator", "reinforce"),
+        GRPO + ["--actor.aux_loss_coef", "0.01"],
+    ]
     grpo += [GRPO + ["--data.max_len", "20000"], GRPO + ["--rollout.vllm_generate_batch_size", "8"]]
     for argv in grpo:
         assert parse(argv + off).dppo.enable is False

@@ -28,6 +28,7 @@ class Toy:
     beta: float = 0.0
     seed: int = 0
     unseen: bool = True  # prompt 0 never seen (q = 1): no prompt draw can then be empty
+    estimator: str = "group_norm"  # core.group_advantages' estimator of the groups
 
     def __post_init__(self) -> None:
         g = torch.Generator().manual_seed(self.seed)
@@ -46,7 +47,7 @@ class Toy:
         u = torch.rand(R, self.B, self.G, 1, generator=gen, dtype=torch.float64)
         y = (u > self.pi.cumsum(-1)[None, :, None, :]).sum(-1).clamp_max(self.K - 1)
         rewards = (y == self.correct[None, :, None]).double()
-        adv = group_advantages(rewards.reshape(R * self.B, self.G)).reshape(R, self.B, self.G)
+        adv = group_advantages(rewards.reshape(R * self.B, self.G), self.estimator).reshape(R, self.B, self.G)
         onehot = torch.nn.functional.one_hot(y, self.K).double()
         grads = -(adv + self.beta)[..., None] * (onehot - self.pi[None, :, None, :])
         return adv, grads

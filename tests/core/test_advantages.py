@@ -71,8 +71,8 @@ def test_integer_rewards_promoted_to_float32():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match="group_norm, dr_grpo"):
-        group_advantages(torch.zeros(2, 2), "rloo")
+    with pytest.raises(ValueError, match="group_norm, dr_grpo, rloo, reinforce_baseline"):
+        group_advantages(torch.zeros(2, 2), "reinforce")
     with pytest.raises(ValueError, match="n_groups, G"):
         group_advantages(torch.zeros(4), "group_norm")
 
@@ -114,3 +114,13 @@ def test_token_whitening_without_std_norm_only_centres_and_no_weight_gives_ident
     assert float(token_whitening(torch.ones(4), torch.ones(4))[1]) == pytest.approx(1e4)  # var clamped
     with pytest.raises(ValueError, match=r"\(N,\)"):
         token_whitening(torch.zeros(2, 2), torch.zeros(2, 2))
+
+
+def test_rloo_is_the_leave_one_out_baseline_and_openrlhfs_formula():
+    # r = [1, 0, 0, 1]: the other three's mean is 1/3 for a 1 and 2/3 for a 0
+    a = group_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0]], dtype=torch.float64), "rloo")
+    torch.testing.assert_close(a, torch.tensor([[2 / 3, -2 / 3, -2 / 3, 2 / 3]], dtype=torch.float64))
+    r = torch.randn(6, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    host = r - (r.sum(-1, keepdim=True) - r) / (8 - 1)  # OpenRLHF 0.11.2's rloo branch
+    assert torch.equal(group_advantages(r, "rloo"), host)
+    assert torch.equal(group_advantages(torch.full((2, 4), 0.05), "rloo"), torch.zeros(2, 4))  # all equal
