@@ -244,11 +244,12 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
 
     def _set_advantages(self, experiences, adv_kept, weights_kept, rewards, train_ids) -> dict:
         """Per-token advantages as OpenRLHF's group estimators make them (REINFORCE++-baseline: then whitened
-        over the batch's tokens, ``_whiten``), then the weights folded in. Returns the whitening's metrics."""
+        over the batch's tokens, ``_token_stats``), then the weights folded in. Returns the whitening's
+        metrics (none for the other estimators)."""
         args, G = self.args, self.args.rollout.n_samples_per_prompt
         group_std = rewards.std(-1).repeat_interleave(G)[train_ids] if G > 1 else None
-        for exp in experiences:
-            pos = torch.tensor(exp.index, dtype=torch.long)
+        positions = [torch.tensor(exp.index, dtype=torch.long) for exp in experiences]
+        for exp, pos in zip(experiences, positions):
             reward = compute_reward(
                 adv_kept[pos],
                 self.kl_ctl.value,
@@ -262,29 +263,29 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
             if group_std is not None:
                 exp.info["group_reward_std"] = group_std[pos]
             exp.kl = None
-        whitened = args.algo.advantage.estimator in BATCH_WHITENED
-        metrics = self._whiten(experiences, weights_kept) if whitened else {}
-        for exp in experiences:
-            source = exp.advantages if whitened else exp.returns
-            exp.advantages = fold_weights(source, weights_kept[torch.tensor(exp.index, dtype=torch.long)])
+        metrics: dict = {}
+        if args.algo.advantage.estimator in BATCH_WHITENED:
+            mean, rstd = self._token_stats(experiences, [weights_kept[pos] for pos in positions])
+            metrics = {rd.ADVANTAGE_TOKEN_MEAN: float(mean), rd.ADVANTAGE_TOKEN_RSTD: float(rstd)}
+        for exp, pos in zip(experiences, positions):
+            adv = exp.returns
+            if metrics:
+                adv = ((adv.to(torch.float64) - mean) * rstd).to(exp.returns.dtype)
+            exp.advantages = fold_weights(adv, weights_kept[pos])
         return metrics
 
-    def _whiten(self, experiences, weights_kept) -> dict:
-        """REINFORCE++-baseline: advantages = (returns - m) / s over the rollout batch's response tokens, m and s
-        estimated from the trained completions with their weights 1/(q p) (``core.token_whitening``: the
-        full batch's statistics when nothing is pruned, Horvitz-Thompson ratios otherwise)."""
-        values, weight = [], []
-        for exp in experiences:
-            mask = exp.action_mask.to(torch.float64)  # (n, T)
-            w = weights_kept[torch.tensor(exp.index, dtype=torch.long)].to(mask.device, torch.float64)
-            values.append(exp.returns.flatten())
-            weight.append((w[:, None] * mask).flatten())
-        mean, rstd = token_whitening(
-            torch.cat(values), torch.cat(weight), std_norm=not self.args.algo.advantage.no_std_norm
+    def _token_stats(self, experiences, weights: list[torch.Tensor]):
+        """REINFORCE++-baseline's (m, 1/s) over the rollout batch's response tokens, estimated from the
+        trained completions with their weights 1/(q p) (``core.token_whitening``: the full batch's
+        statistics when nothing is pruned, Horvitz-Thompson ratios otherwise)."""
+        values = torch.cat([exp.returns.flatten() for exp in experiences])
+        token_w = torch.cat(
+            [
+                (w.to(exp.action_mask.device, torch.float64)[:, None] * exp.action_mask).flatten()
+                for exp, w in zip(experiences, weights)
+            ]
         )
-        for exp in experiences:
-            exp.advantages = ((exp.returns.to(torch.float64) - mean) * rstd).to(exp.returns.dtype)
-        return {rd.ADVANTAGE_TOKEN_MEAN: float(mean), rd.ADVANTAGE_TOKEN_RSTD: float(rstd)}
+        return token_whitening(values, token_w, std_norm=not self.args.algo.advantage.no_std_norm)
 
     @staticmethod
     def _single_items(experiences) -> list:

@@ -186,15 +186,11 @@ def expand_mode(argv: list[str]) -> tuple[list[str], str | None]:
     preset = MODE_PRESETS.get(name or "", {})
     if not preset:
         return list(argv), None
-    flags = [
-        w
-        for k, v in preset.items()
-        for w in (f"--dppo.{k}", str(v).lower() if isinstance(v, bool) else str(v))
-    ]
+    pairs = [(f"--dppo.{k}", str(v)) for k, v in preset.items()]
     given = {tok.split("=", 1)[0] for tok in argv if tok.startswith("--dppo.")}
-    kept = [f"{f} {v}" for f, v in zip(flags[::2], flags[1::2]) if f not in given]
-    overridden = [f for f in flags[::2] if f in given]
+    kept = [f"{f} {v}" for f, v in pairs if f not in given]
+    overridden = [f for f, _ in pairs if f in given]
     note = f"--dppo.mode {name}: " + (", ".join(kept) if kept else "nothing")
     if overridden:
         note += f" (the command line's own {', '.join(overridden)} kept)"
-    return flags + list(argv), note
+    return [w for pair in pairs for w in pair] + list(argv), note
