@@ -5,17 +5,24 @@ The rule (each step is written into the advice it prints):
 
 1. Candidates are the rules the trainer runs: ``history, unseen keep|mean`` at each replayed rate
    (``--dppo.prompt_rate_control fixed``) and ``zero-share`` (its own rate); ``uniform`` (no flag runs
-   it) is the reference the history must beat, and is named when it does not. A candidate "keeps the
-   gradient" when its expected share of the gradient-carrying groups rolled out is at least
-   ``min_kept``. The chosen candidate is the fastest (ideal step time, at the given generation share or
-   else at the measured f) among those that keep the gradient; zero-share wins a tie within 2%, since its rate follows
-   the share as the policy learns. When none keeps it, the run is left as GRPO (no prompt pruning).
-2. Completion pruning stays off (``--dppo.completion_prune_rate 0``): a prompt log cannot value it (it
+   it) is the reference the history must beat, compared at the chosen rule's generation cost. A
+   candidate "keeps the gradient" when its expected share of the gradient-carrying groups rolled out is
+   at least ``min_kept`` (default ``MIN_KEPT``).
+2. The starting point is zero-share with unseen prompts scored as the mean (``--dppo.mode
+   recommended``): the one setting whose time to GRPO's final held-out accuracy is measured on both
+   tasks (benchmarks/RESULTS.md, current results), and whose rate follows the all-equal share as the
+   policy learns. Another candidate replaces it only where it dominates it: at least its effective
+   share and at least its ideal speedup, one of the two better by more than 2% (``TIE``). A kept share
+   alone cannot decide (the 1/q weights keep the gradient's expectation: what a lower share costs is
+   variance, which the effective share counts, against time, which the speedup counts).
+3. Where zero-share does not keep the gradient, the fastest candidate that does is chosen; where none
+   does and is faster than GRPO, the run is left as GRPO (no prompt pruning).
+4. Completion pruning stays off (``--dppo.completion_prune_rate 0``): a prompt log cannot value it (it
    drops completions with a non-zero advantage and saves training only); the free drop of A = 0
    completions stays on (``--dppo.drop_zero_advantage``, the default).
-3. Screening is not built (no flag runs it): it "would pay" when its fastest rule that keeps the gradient
-   beats the chosen candidate by more than 2%.
-4. The flags are written as ``--dppo.mode recommended`` (``core.config.MODE_PRESETS``: zero-share, rate 0.5
+5. Screening is not built (no flag runs it): it "would pay" where one of its rules that keeps the
+   gradient dominates the chosen candidate as in 2.
+6. The flags are written as ``--dppo.mode recommended`` (``core.config.MODE_PRESETS``: zero-share, rate 0.5
    until a step is measured, unseen mean, no completion pruning) where the chosen rule is that preset,
    followed by the settings that differ from it (or from the config's defaults).
 The rule is chosen at ``--gen-share`` when it is given (the machine the user asks about), else at the
@@ -31,7 +38,11 @@ from dataclasses import dataclass, field
 from openrlhf_dppo.core.config import MODE_PRESETS, DPPOConfig
 from openrlhf_dppo.report.advise import RunAdvice, pooled, step_ratio
 
-TIE = 0.02  # a speedup within 2% of another is a tie
+TIE = 0.02  # a speedup or effective share within 2% of another is a tie
+# The kept share below which a rule is not recommended: zero-share's runs in the current results kept about
+# 0.75 (addition) and 0.62 (countdown) of GRPO's gradient-carrying groups (replayed on GRPO's logs) and
+# reached GRPO's final held-out accuracy in about half its time; below 0.6 nothing is measured.
+MIN_KEPT = 0.6
 BUILT = ("history, unseen keep", "history, unseen mean", "zero-share")
 PRESET = "--dppo.mode recommended"
 
@@ -74,13 +85,41 @@ def measured_f(advice: list[RunAdvice]) -> float | None:
     return statistics.fmean(fs) if fs else None
 
 
-def _best(cands: list[Point], f: float, min_kept: float) -> Point | None:
+def _fastest(cands: list[Point], f: float, min_kept: float) -> Point | None:
     ok = [p for p in cands if p.kept >= min_kept]
-    if not ok:
+    return max(ok, key=lambda p: p.speedup(f) or 0.0, default=None)
+
+
+def dominates(a: Point, b: Point, f: float) -> bool:
+    """``a`` is at least as effective and as fast as ``b``, one of the two by more than ``TIE``."""
+    sa, sb = a.speedup(f) or 0.0, b.speedup(f) or 0.0
+    if a.effective < b.effective or sa < sb:
+        return False
+    return a.effective > b.effective * (1 + TIE) or sa > sb * (1 + TIE)
+
+
+def choose(cands: list[Point], f: float, min_kept: float) -> Point | None:
+    """Module docstring, 2-3: zero-share unless a candidate that keeps the gradient dominates it; the
+    fastest that keeps it where zero-share does not; None where no candidate keeps it."""
+    ok = [p for p in cands if p.kept >= min_kept]
+    zero = next((p for p in ok if p.rule == "zero-share"), None)
+    if zero is None:
+        return _fastest(ok, f, min_kept)
+    better = [p for p in ok if dominates(p, zero, f)]
+    return max(better, key=lambda p: p.speedup(f) or 0.0) if better else zero
+
+
+def uniform_at(pts: list[Point], gen: float) -> float | None:
+    """A uniform draw's kept share at generation cost ``gen``: interpolated between the replayed uniform
+    rates and GRPO (cost 1, kept 1); None without a uniform point."""
+    uni = sorted((p.gen, p.kept) for p in pts if p.rule == "uniform")
+    if not uni:
         return None
-    top = max(p.speedup(f) or 0.0 for p in ok)
-    zero = [p for p in ok if p.rule == "zero-share" and (p.speedup(f) or 0.0) >= top * (1 - TIE)]
-    return zero[0] if zero else max(ok, key=lambda p: p.speedup(f) or 0.0)
+    xs, ys = [0.0, *(g for g, _ in uni), 1.0], [0.0, *(k for _, k in uni), 1.0]
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if x0 <= gen <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (gen - x0) / (x1 - x0)
+    return None  # a cost above GRPO's
 
 
 def _fmt_speedups(p: Point, f: float | None, gen_share: float | None) -> str:
@@ -90,7 +129,7 @@ def _fmt_speedups(p: Point, f: float | None, gen_share: float | None) -> str:
 
 
 def recommend(
-    advice: list[RunAdvice], gen_share: float | None = None, min_kept: float = 0.9
+    advice: list[RunAdvice], gen_share: float | None = None, min_kept: float = MIN_KEPT
 ) -> Recommendation:
     """The advice of the module docstring for the runs' pooled numbers."""
     f = measured_f(advice)
@@ -107,9 +146,8 @@ def recommend(
         why = "no GRPO prompt log to replay" if not pts else "neither f nor --gen-share"
         lines.append(f"no rule can be chosen ({why}); rerun GRPO with --dppo.prompt_log true for 50+ steps")
         return Recommendation([], None, lines, "not told", too_short)
-    chosen = _best([p for p in pts if p.rule in BUILT], at, min_kept)
+    chosen = choose([p for p in pts if p.rule in BUILT], at, min_kept)
     screens = [p for p in pts if p.rule.startswith("screen")]
-    best_screen = _best(screens, at, min_kept)
     flags: list[str] = []
     if chosen is None or (chosen.speedup(at) or 0.0) < 1.0 + TIE:
         lines.append(
@@ -133,13 +171,12 @@ def recommend(
             lines.append(
                 f"{PRESET} = zero-share, rate 0.5 until a step is measured, unseen mean, no completion pruning"
             )
-        uniform = min(
-            (p for p in pts if p.rule == "uniform"), key=lambda p: abs(p.gen - chosen.gen), default=None
-        )
+        uniform = uniform_at(pts, chosen.gen)
         if uniform is not None:
-            better = chosen.kept - uniform.kept
+            better = chosen.kept - uniform
             lines.append(
-                f"against uniform at about the same cost (r = {uniform.rate:.2f}, keeps {uniform.kept:.1%}): "
+                f"against a uniform draw at the same generation cost ({chosen.gen:.2f} of GRPO's, "
+                f"keeps {uniform:.1%}): "
                 + (
                     f"the history keeps {better:+.1%} of the gradient groups"
                     if better > 0.01
@@ -153,20 +190,26 @@ def recommend(
             "compare"
         )
     screening = "not told"
-    if best_screen is not None:
-        base = chosen.speedup(at) if chosen is not None else 1.0
-        pays = (best_screen.speedup(at) or 0.0) > (base or 1.0) * (1 + TIE)
+    kept_screens = [p for p in screens if p.kept >= min_kept]
+    if kept_screens:
+        if chosen is not None:
+            winners = [p for p in kept_screens if dominates(p, chosen, at)]
+        else:  # against GRPO: any screening rule faster than it
+            winners = [p for p in kept_screens if (p.speedup(at) or 0.0) > 1.0 + TIE]
+        pays = bool(winners)
         screening = "would pay" if pays else "would not pay"
+        best_screen = max(winners or kept_screens, key=lambda p: (p.effective, p.speedup(at) or 0.0))
         bound = (
             ""
             if all(a.lengths_logged for a in advice)
             else " (its round 2 charged a whole round: no lengths)"
         )
         lines.append(
-            f"screening {screening} ({best_screen.rule}, r = {best_screen.rate:.2f}: "
-            f"{_fmt_speedups(best_screen, f, gen_share)}{bound}); it is not built (no flag runs it)"
+            f"screening {screening} (best: {best_screen.rule}, r = {best_screen.rate:.2f}: effective "
+            f"{best_screen.effective:.1%}, {_fmt_speedups(best_screen, f, gen_share)}{bound}); it is not "
+            "built (no flag runs it)"
         )
-    else:
+    elif screens:
         lines.append(
             f"screening: no screening rule keeps {min_kept:.0%} of the gradient groups; it is not built"
         )

@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from openrlhf_dppo import prompt_log
+from openrlhf_dppo.cli.advise import build_parser
 from openrlhf_dppo.cli.main import main as cli_main
 from openrlhf_dppo.report import advise as A
+from openrlhf_dppo.report import recommend as R
 from openrlhf_dppo.report import selection as SEL
 from openrlhf_dppo.report.speedup import ideal_step_ratio
 from openrlhf_dppo.report.summary import Settings
@@ -93,25 +95,67 @@ def test_an_oracle_predictable_log(tmp_path, capsys):
     rc, out = _advise(tmp_path, run, "--rates", "0.25,0.5", "--screen-k", "1,2", "--gen-share", "0.7")
     text = capsys.readouterr().out
     assert rc == 0 and all(len(line) <= 100 for line in text.splitlines())
-    assert "--dppo.unseen_prompts" in text and "--dppo.completion_prune_rate 0" in text
+    # zero-share (rate 0.5, the share) keeps 0.616 of the gradient groups, a uniform draw of its cost 0.5
+    assert "--dppo.mode recommended --dppo.history_decay 0" in text
+    flat = " ".join(text.split())  # the console wraps at 100 columns
+    assert "same generation cost (0.50 of GRPO's, keeps 50.0%): the history keeps +11.6%" in flat
     assert "screen_k" not in text and "it is not built" in text
     assert "expected step-time speedup at most" in text and "at gen share 0.70" in text
     assert {p.name for p in out.iterdir()} == {"advise.md", "advise.png"}
     md = (out / "advise.md").read_text()
     assert "| oracle | 0.50 | 0.900 |" in md and "## Recommendation" in md
     assert "| g | 0.900 | 8 | 10.00 | 1 | 1.000 |" in md  # recurrence and the history's AUC
+    # asked to keep 90%: zero-share does not, so the fastest rule that does (the history at 0.25, unseen
+    # mean: 0.924) is chosen, written as its own flags
+    assert cli_main(["advise", run, "--rates", "0.25,0.5", "--screen-k", "2", "--min-kept", "0.9"]) == 0
+    text = capsys.readouterr().out
+    flat = " ".join(text.split())
+    assert "--dppo.prompt_rate_control fixed --dppo.prompt_prune_rate 0.25 --dppo.unseen_prompts mean" in flat
+    assert "--dppo.completion_prune_rate 0" in flat and "chosen: history, unseen mean at r = 0.25" in flat
 
 
 def test_zero_share_with_unseen_mean_is_written_as_the_preset(tmp_path, capsys):
     # G = 4, decay 0: the history keeps about 63% of the gradient groups at the share's rate 0.5, as
-    # fast as any rule at that rate; with --min-kept 0.6 zero-share is chosen: the preset, plus the
+    # fast as any rule at that rate; at the default floor (0.6) zero-share is chosen: the preset, plus the
     # history setting that differs from the default (decay 0)
     run = make_run(tmp_path, "g", predictable(steps=8))
-    assert cli_main(["advise", run, "--rates", "0.25,0.5", "--screen-k", "2", "--min-kept", "0.6"]) == 0
+    assert cli_main(["advise", run, "--rates", "0.25,0.5", "--screen-k", "2"]) == 0
     text = capsys.readouterr().out
     assert "--dppo.mode recommended --dppo.history_decay 0" in text
     assert "chosen: zero-share (its mean rate 0.50)" in text
     assert "--dppo.prompt_rate_control" not in text.split("flags:")[1].split("- ")[0]
+
+
+def _pt(rule, effective, gen, kept=None):
+    return R.Point(rule, 0.5, effective if kept is None else kept, effective, gen, gen)
+
+
+def test_zero_share_is_replaced_only_by_a_rule_that_dominates_it():
+    f = 0.5
+    zero = _pt("zero-share", 0.70, 0.60)
+    faster_less_effective = _pt("history, unseen mean", 0.60, 0.50)
+    slower_more_effective = _pt("history, unseen keep", 0.90, 0.80)
+    tie = _pt("history, unseen mean", 0.71, 0.595)  # within 2% on both: not better
+    better = _pt("history, unseen keep", 0.75, 0.55)
+    for other in (faster_less_effective, slower_more_effective, tie):
+        assert not R.dominates(other, zero, f)
+        assert R.choose([zero, other], f, 0.6) is zero
+    assert R.dominates(better, zero, f) and R.choose([zero, faster_less_effective, better], f, 0.6) is better
+    # zero-share under the floor: the fastest candidate above it
+    low = _pt("zero-share", 0.55, 0.45)
+    assert R.choose([low, slower_more_effective, faster_less_effective], f, 0.6) is faster_less_effective
+    assert R.choose([low], f, 0.6) is None
+
+
+def test_the_uniform_reference_is_taken_at_the_chosen_rules_cost():
+    pts = [_pt("uniform", 0.75, 0.75), _pt("uniform", 0.5, 0.5), _pt("zero-share", 0.8, 0.6)]
+    assert R.uniform_at(pts, 0.6) == pytest.approx(0.6)
+    assert R.uniform_at(pts, 0.9) == pytest.approx(0.9)  # between r = 0.25 and GRPO (1, 1)
+    assert R.uniform_at(pts[2:], 0.6) is None
+
+
+def test_the_cli_floor_is_the_recommenders():
+    assert build_parser().parse_args(["r"]).min_kept == R.MIN_KEPT
 
 
 def test_a_log_no_history_can_predict(tmp_path, capsys):
@@ -124,7 +168,13 @@ def test_a_log_no_history_can_predict(tmp_path, capsys):
     rc, _ = _advise(tmp_path, *runs, "--rates", "0.25,0.5", "--screen-k", "2")
     text = capsys.readouterr().out
     assert rc == 0
-    # half of the groups carry gradient at random: no rule keeps 90% of them at a real saving
+    # half of the groups carry gradient at random: zero-share (rate 0.5) keeps about half of them, under
+    # the 0.6 floor; the fastest rule above it prunes a quarter, and the advice says the history sees nothing
+    assert "chosen: history, unseen" in text and "at r = 0.25" in text
+    assert "the history is no better than a uniform draw here" in " ".join(text.split())
+    rc, _ = _advise(tmp_path, *runs, "--rates", "0.25,0.5", "--screen-k", "2", "--min-kept", "0.9")
+    text = capsys.readouterr().out
+    assert rc == 0  # nothing keeps 90% of them at a real saving
     assert "no buildable rule keeps 90% of the gradient-carrying groups" in text and "flags:" not in text
 
 
