@@ -20,8 +20,10 @@ The rule (each step is written into the advice it prints):
 4. Completion pruning stays off (``--dppo.completion_prune_rate 0``): a prompt log cannot value it (it
    drops completions with a non-zero advantage and saves training only); the free drop of A = 0
    completions stays on (``--dppo.drop_zero_advantage``, the default).
-5. Screening is not built (no flag runs it): it "would pay" where one of its rules that keeps the
-   gradient dominates the chosen candidate as in 2.
+5. Screening is not built (no flag runs it). Each of its rules is read at the chosen candidate's speedup
+   (interpolated between its replayed rates, ``effective_at_speed``): it "would pay" where its effective
+   share there beats the chosen one's by more than 2%, and is "not told" where the replayed rates do not
+   reach that speed and what they show does not settle it.
 6. The flags are written as ``--dppo.mode recommended`` (``core.config.MODE_PRESETS``: zero-share, rate 0.5
    until a step is measured, unseen mean, no completion pruning) where the chosen rule is that preset,
    followed by the settings that differ from it (or from the config's defaults).
@@ -122,6 +124,53 @@ def uniform_at(pts: list[Point], gen: float) -> float | None:
     return None  # a cost above GRPO's
 
 
+def effective_at_speed(curve: list[Point], speed: float, f: float) -> tuple[float | None, str]:
+    """One rule's effective share at the step-time speedup ``speed``, from its replayed rates: interpolated
+    linearly between the two that bracket it (``"exact"``); the lowest rate's where even it is faster
+    (``"at least"``: a lower rate keeps more); the highest rate's where even it is slower (``"at most"``: a
+    higher rate keeps less); (None, "") without points."""
+    pts = sorted(curve, key=lambda p: p.speedup(f) or 0.0)
+    if not pts:
+        return None, ""
+    sp = [p.speedup(f) or 0.0 for p in pts]
+    if speed <= sp[0]:
+        return pts[0].effective, "exact" if speed == sp[0] else "at least"
+    if speed > sp[-1]:
+        return pts[-1].effective, "at most"
+    for a, b, sa, sb in zip(pts, pts[1:], sp, sp[1:]):
+        if sa <= speed <= sb:
+            t = 0.0 if sb == sa else (speed - sa) / (sb - sa)
+            return a.effective + (b.effective - a.effective) * t, "exact"
+    return None, ""  # unreachable: the speeds are sorted
+
+
+def _screening(screens: list[Point], chosen: Point | None, f: float, min_kept: float) -> tuple[str, str]:
+    """Does screening pay (module docstring, 5)? Each screening rule is read at the chosen rule's speedup
+    (or, with no rule chosen, at just faster than GRPO): it pays where its effective share there beats the
+    chosen one's (``min_kept`` against GRPO) by more than ``TIE``. Returns the verdict and its line."""
+    if not screens:
+        return "not told", ""
+    speed, need = (chosen.speedup(f) or 0.0, chosen.effective) if chosen else (1.0 + TIE, min_kept)
+    rows = []
+    for rule in sorted({p.rule for p in screens}):
+        value, how = effective_at_speed([p for p in screens if p.rule == rule], speed, f)
+        if value is not None:
+            rows.append((value, how, rule))
+    pays = [r for r in rows if r[1] in ("exact", "at least") and r[0] > need * (1 + TIE)]
+    unknown = [r for r in rows if (r[1] == "at least" and not r[0] > need * (1 + TIE))
+               or (r[1] == "at most" and r[0] > need * (1 + TIE))]  # fmt: skip
+    verdict = "would pay" if pays else ("not told" if unknown else "would not pay")
+    best = max(pays or [r for r in rows if r[1] == "exact"] or rows)
+    against = f"{chosen.rule}'s {need:.1%}" if chosen else f"the floor {need:.0%}"
+    line = (
+        f"screening {verdict}: at {speed:.2f}x its best rule ({best[2]}) keeps an effective "
+        f"{'' if best[1] == 'exact' else best[1] + ' '}{best[0]:.1%} of the gradient groups, against {against}"
+    )
+    if verdict == "not told":
+        line += " (the replayed rates do not reach that speed: widen --rates)"
+    return verdict, line
+
+
 def _fmt_speedups(p: Point, f: float | None, gen_share: float | None) -> str:
     parts = [f"{p.speedup(x):.2f}x at {label} {x:.2f}" for label, x in (("f =", f), ("gen share", gen_share))
              if x is not None]  # fmt: skip
@@ -189,30 +238,12 @@ def recommend(
             "sees only what it rolled out), and a kept gradient share is not held-out accuracy: check with "
             "compare"
         )
-    screening = "not told"
-    kept_screens = [p for p in screens if p.kept >= min_kept]
-    if kept_screens:
-        if chosen is not None:
-            winners = [p for p in kept_screens if dominates(p, chosen, at)]
-        else:  # against GRPO: any screening rule faster than it
-            winners = [p for p in kept_screens if (p.speedup(at) or 0.0) > 1.0 + TIE]
-        pays = bool(winners)
-        screening = "would pay" if pays else "would not pay"
-        best_screen = max(winners or kept_screens, key=lambda p: (p.effective, p.speedup(at) or 0.0))
+    screening, line = _screening(screens, chosen, at, min_kept)
+    if line:
         bound = (
-            ""
-            if all(a.lengths_logged for a in advice)
-            else " (its round 2 charged a whole round: no lengths)"
+            "" if all(a.lengths_logged for a in advice) else " (round 2 charged a whole round: no lengths)"
         )
-        lines.append(
-            f"screening {screening} (best: {best_screen.rule}, r = {best_screen.rate:.2f}: effective "
-            f"{best_screen.effective:.1%}, {_fmt_speedups(best_screen, f, gen_share)}{bound}); it is not "
-            "built (no flag runs it)"
-        )
-    elif screens:
-        lines.append(
-            f"screening: no screening rule keeps {min_kept:.0%} of the gradient groups; it is not built"
-        )
+        lines.append(f"{line}{bound}; it is not built (no flag runs it)")
     lines.append("completion pruning off: a prompt log cannot value it (it saves training only)")
     return Recommendation(flags, chosen, lines, screening, too_short)
 

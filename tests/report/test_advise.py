@@ -277,3 +277,27 @@ def test_training_cost_counts_only_the_gradient_groups_where_the_exact_zero_drop
     assert A.zero_drop_allowed({}) and not A.zero_drop_allowed({"actor": {"entropy_coef": 0.01}})
     assert not A.zero_drop_allowed({"algo": {"advantage": {"estimator": "reinforce_baseline"}}})
     assert not A.zero_drop_allowed({"dppo": {"drop_zero_advantage": False}})
+
+
+def test_a_rule_is_read_at_a_speed_between_its_replayed_rates():
+    f = 1.0  # speedup = 1 / gen
+    curve = [_pt("screen k=2 alone", 0.9, 0.8), _pt("screen k=2 alone", 0.5, 0.4)]  # 1.25x and 2.5x
+    assert R.effective_at_speed(curve, 1.875, f) == (pytest.approx(0.7), "exact")
+    assert R.effective_at_speed(curve, 1.1, f) == (0.9, "at least")  # faster than asked at every rate
+    assert R.effective_at_speed(curve, 3.0, f) == (0.5, "at most")  # slower than asked at every rate
+    assert R.effective_at_speed([], 2.0, f) == (None, "")
+
+
+def test_screening_pays_only_where_it_beats_the_chosen_rule_at_its_speed():
+    f = 1.0
+    chosen = _pt("zero-share", 0.70, 0.5)  # 2x
+    good = [_pt("screen k=2 + history", 0.9, 0.45), _pt("screen k=2 + history", 0.6, 0.55)]  # 0.75 at 2x
+    poor = [_pt("screen k=1 alone", 0.8, 0.8), _pt("screen k=1 alone", 0.6, 0.6)]  # slower: at most 0.6
+    assert R._screening(good + poor, chosen, f, 0.6)[0] == "would pay"
+    verdict, line = R._screening(poor, chosen, f, 0.6)
+    assert verdict == "would not pay" and "at most 60.0%" in line and "zero-share's 70.0%" in line
+    # slower at every replayed rate but more effective at its highest: what a higher rate gives is not told
+    rich = [_pt("screen k=4 alone", 0.95, 0.9), _pt("screen k=4 alone", 0.8, 0.7)]
+    verdict, line = R._screening(rich, chosen, f, 0.6)
+    assert verdict == "not told" and "widen --rates" in line
+    assert R._screening([], chosen, f, 0.6) == ("not told", "")
