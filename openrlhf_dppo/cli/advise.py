@@ -43,9 +43,9 @@ def build_parser(prog: str = "openrlhf-dppo advise") -> argparse.ArgumentParser:
     ap.add_argument(
         "--min-kept",
         type=float,
-        default=0.6,
-        help="the share of gradient-carrying groups a recommended rule must keep (default 0.6: below it "
-        "no time to GRPO's accuracy is measured)",
+        default=None,
+        help="a share of the gradient-carrying groups the recommended rule must keep (default: none, the "
+        "recommended mode unless a rule dominates it)",
     )
     ap.add_argument("--warmup", type=int, default=1, help="leading steps left out of the medians (default 1)")
     ap.add_argument("--out", default=None, metavar="DIR", help="write advise.md and advise.png here")
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--rates must lie in (0, 1 - q_min], got {args.rates}")
         if args.gen_share is not None and not 0.0 <= args.gen_share <= 1.0:
             raise ValueError(f"--gen-share is a share of the step in [0, 1], got {args.gen_share}")
-        if not 0.0 < args.min_kept <= 1.0:
+        if args.min_kept is not None and not 0.0 < args.min_kept <= 1.0:
             raise ValueError(f"--min-kept must be in (0, 1], got {args.min_kept}")
         paths = [p for pattern in args.runs for p in expand(pattern, "run")]
         settings = Settings(warmup=args.warmup)

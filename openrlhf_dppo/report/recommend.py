@@ -5,9 +5,9 @@ The rule (each step is written into the advice it prints):
 
 1. Candidates are the rules the trainer runs: ``history, unseen keep|mean`` at each replayed rate
    (``--dppo.prompt_rate_control fixed``) and ``zero-share`` (its own rate); ``uniform`` (no flag runs
-   it) is the reference the history must beat, compared at the chosen rule's generation cost. A
-   candidate "keeps the gradient" when its expected share of the gradient-carrying groups rolled out is
-   at least ``min_kept`` (default ``MIN_KEPT``).
+   it) is the reference the history must beat, compared at the chosen rule's generation cost. With
+   ``min_kept`` (``--min-kept``; none by default) a candidate must keep at least that expected share of
+   the gradient-carrying groups.
 2. The starting point is zero-share with unseen prompts scored as the mean (``--dppo.mode
    recommended``): the one setting whose time to GRPO's final held-out accuracy is measured on both
    tasks (benchmarks/RESULTS.md, current results), and whose rate follows the all-equal share as the
@@ -15,8 +15,13 @@ The rule (each step is written into the advice it prints):
    share and at least its ideal speedup, one of the two better by more than 2% (``TIE``). A kept share
    alone cannot decide (the 1/q weights keep the gradient's expectation: what a lower share costs is
    variance, which the effective share counts, against time, which the speedup counts).
-3. Where zero-share does not keep the gradient, the fastest candidate that does is chosen; where none
-   does and is faster than GRPO, the run is left as GRPO (no prompt pruning).
+   There is no floor by default: zero-share's countdown runs in the current results pruned their whole
+   first epoch blind (no prompt seen before: a uniform draw at about 0.59, keeping about 0.41 of the
+   gradient groups there) and still reached GRPO's final accuracy in about half its time; how low a
+   share stays that good is not measured, so the advice prints the share it keeps and what keeping more
+   would cost.
+3. Where zero-share keeps less than ``min_kept``, the fastest candidate that keeps it is chosen; where
+   none does and is faster than GRPO, the run is left as GRPO (no prompt pruning).
 4. Completion pruning stays off (``--dppo.completion_prune_rate 0``): a prompt log cannot value it (it
    drops completions with a non-zero advantage and saves training only); the free drop of A = 0
    completions stays on (``--dppo.drop_zero_advantage``, the default).
@@ -41,10 +46,6 @@ from openrlhf_dppo.core.config import MODE_PRESETS, DPPOConfig
 from openrlhf_dppo.report.advise import RunAdvice, pooled, step_ratio
 
 TIE = 0.02  # a speedup or effective share within 2% of another is a tie
-# The kept share below which a rule is not recommended: zero-share's runs in the current results kept about
-# 0.75 (addition) and 0.62 (countdown) of GRPO's gradient-carrying groups (replayed on GRPO's logs) and
-# reached GRPO's final held-out accuracy in about half its time; below 0.6 nothing is measured.
-MIN_KEPT = 0.6
 BUILT = ("history, unseen keep", "history, unseen mean", "zero-share")
 PRESET = "--dppo.mode recommended"
 
@@ -87,9 +88,8 @@ def measured_f(advice: list[RunAdvice]) -> float | None:
     return statistics.fmean(fs) if fs else None
 
 
-def _fastest(cands: list[Point], f: float, min_kept: float) -> Point | None:
-    ok = [p for p in cands if p.kept >= min_kept]
-    return max(ok, key=lambda p: p.speedup(f) or 0.0, default=None)
+def _fastest(cands: list[Point], f: float) -> Point | None:
+    return max(cands, key=lambda p: p.speedup(f) or 0.0, default=None)
 
 
 def dominates(a: Point, b: Point, f: float) -> bool:
@@ -100,13 +100,13 @@ def dominates(a: Point, b: Point, f: float) -> bool:
     return a.effective > b.effective * (1 + TIE) or sa > sb * (1 + TIE)
 
 
-def choose(cands: list[Point], f: float, min_kept: float) -> Point | None:
+def choose(cands: list[Point], f: float, min_kept: float | None = None) -> Point | None:
     """Module docstring, 2-3: zero-share unless a candidate that keeps the gradient dominates it; the
     fastest that keeps it where zero-share does not; None where no candidate keeps it."""
-    ok = [p for p in cands if p.kept >= min_kept]
+    ok = [p for p in cands if p.kept >= (min_kept or 0.0)]
     zero = next((p for p in ok if p.rule == "zero-share"), None)
     if zero is None:
-        return _fastest(ok, f, min_kept)
+        return _fastest(ok, f)
     better = [p for p in ok if dominates(p, zero, f)]
     return max(better, key=lambda p: p.speedup(f) or 0.0) if better else zero
 
@@ -144,13 +144,15 @@ def effective_at_speed(curve: list[Point], speed: float, f: float) -> tuple[floa
     return None, ""  # unreachable: the speeds are sorted
 
 
-def _screening(screens: list[Point], chosen: Point | None, f: float, min_kept: float) -> tuple[str, str]:
+def _screening(
+    screens: list[Point], chosen: Point | None, f: float, min_kept: float | None
+) -> tuple[str, str]:
     """Does screening pay (module docstring, 5)? Each screening rule is read at the chosen rule's speedup
     (or, with no rule chosen, at just faster than GRPO): it pays where its effective share there beats the
     chosen one's (``min_kept`` against GRPO) by more than ``TIE``. Returns the verdict and its line."""
     if not screens:
         return "not told", ""
-    speed, need = (chosen.speedup(f) or 0.0, chosen.effective) if chosen else (1.0 + TIE, min_kept)
+    speed, need = (chosen.speedup(f) or 0.0, chosen.effective) if chosen else (1.0 + TIE, min_kept or 0.0)
     rows = []
     for rule in sorted({p.rule for p in screens}):
         value, how = effective_at_speed([p for p in screens if p.rule == rule], speed, f)
@@ -171,6 +173,18 @@ def _screening(screens: list[Point], chosen: Point | None, f: float, min_kept: f
     return verdict, line
 
 
+def _keeping_more(cands: list[Point], chosen: Point, f: float) -> str:
+    """What keeping more of the gradient-carrying groups than the chosen rule would cost: the fastest
+    candidate that keeps at least 75% and 90% of them (those the chosen one does not reach)."""
+    parts = []
+    for floor in (0.75, 0.9):
+        alt = _fastest([p for p in cands if p.kept >= floor], f) if chosen.kept < floor else None
+        if alt is not None:
+            parts.append(f"{floor:.0%} at {alt.speedup(f) or 0.0:.2f}x (--min-kept {floor:g}: {alt.rule}, "
+                         f"r = {alt.rate:.2f})")  # fmt: skip
+    return "to keep more of them: " + "; ".join(parts) if parts else ""
+
+
 def _fmt_speedups(p: Point, f: float | None, gen_share: float | None) -> str:
     parts = [f"{p.speedup(x):.2f}x at {label} {x:.2f}" for label, x in (("f =", f), ("gen share", gen_share))
              if x is not None]  # fmt: skip
@@ -178,7 +192,7 @@ def _fmt_speedups(p: Point, f: float | None, gen_share: float | None) -> str:
 
 
 def recommend(
-    advice: list[RunAdvice], gen_share: float | None = None, min_kept: float = MIN_KEPT
+    advice: list[RunAdvice], gen_share: float | None = None, min_kept: float | None = None
 ) -> Recommendation:
     """The advice of the module docstring for the runs' pooled numbers."""
     f = measured_f(advice)
@@ -199,10 +213,11 @@ def recommend(
     screens = [p for p in pts if p.rule.startswith("screen")]
     flags: list[str] = []
     if chosen is None or (chosen.speedup(at) or 0.0) < 1.0 + TIE:
+        keeps = f"keeps {min_kept:.0%} of the gradient-carrying groups and " if min_kept else ""
+        lower = ", or lower --min-kept to trade gradient for time" if min_kept else ""
         lines.append(
-            f"no buildable rule keeps {min_kept:.0%} of the gradient-carrying groups and is faster than "
-            "GRPO at the tested rates: run GRPO (--dppo.enable false), or lower --min-kept to trade gradient "
-            "for time"
+            f"no buildable rule {keeps}is faster than GRPO at the tested rates: run GRPO "
+            f"(--dppo.enable false){lower}"
         )
         chosen = None
     else:
@@ -216,6 +231,9 @@ def recommend(
             )  # fmt: skip
             + f", keeps {chosen.kept:.1%} of the gradient-carrying groups (effective {chosen.effective:.1%})"
         )
+        more = _keeping_more([p for p in pts if p.rule in BUILT], chosen, at)
+        if more:
+            lines.append(more)
         if flags[:1] == [PRESET]:
             lines.append(
                 f"{PRESET} = zero-share, rate 0.5 until a step is measured, unseen mean, no completion pruning"

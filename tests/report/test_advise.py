@@ -116,7 +116,7 @@ def test_an_oracle_predictable_log(tmp_path, capsys):
 
 def test_zero_share_with_unseen_mean_is_written_as_the_preset(tmp_path, capsys):
     # G = 4, decay 0: the history keeps about 63% of the gradient groups at the share's rate 0.5, as
-    # fast as any rule at that rate; at the default floor (0.6) zero-share is chosen: the preset, plus the
+    # fast as any rule at that rate; zero-share is chosen (no floor by default): the preset, plus the
     # history setting that differs from the default (decay 0)
     run = make_run(tmp_path, "g", predictable(steps=8))
     assert cli_main(["advise", run, "--rates", "0.25,0.5", "--screen-k", "2"]) == 0
@@ -154,8 +154,10 @@ def test_the_uniform_reference_is_taken_at_the_chosen_rules_cost():
     assert R.uniform_at(pts[2:], 0.6) is None
 
 
-def test_the_cli_floor_is_the_recommenders():
-    assert build_parser().parse_args(["r"]).min_kept == R.MIN_KEPT
+def test_there_is_no_kept_floor_by_default():
+    assert build_parser().parse_args(["r"]).min_kept is None
+    low = _pt("zero-share", 0.41, 0.41)
+    assert R.choose([low, _pt("history, unseen mean", 0.75, 0.75)], 0.3) is low
 
 
 def test_a_log_no_history_can_predict(tmp_path, capsys):
@@ -168,10 +170,15 @@ def test_a_log_no_history_can_predict(tmp_path, capsys):
     rc, _ = _advise(tmp_path, *runs, "--rates", "0.25,0.5", "--screen-k", "2")
     text = capsys.readouterr().out
     assert rc == 0
-    # half of the groups carry gradient at random: zero-share (rate 0.5) keeps about half of them, under
-    # the 0.6 floor; the fastest rule above it prunes a quarter, and the advice says the history sees nothing
-    assert "chosen: history, unseen" in text and "at r = 0.25" in text
-    assert "the history is no better than a uniform draw here" in " ".join(text.split())
+    # half of the groups carry gradient at random: zero-share (rate 0.46) keeps 55% of them, no better than
+    # a uniform draw; the advice says so and what keeping 75% would cost (the history at 0.25)
+    flat = " ".join(text.split())
+    assert "chosen: zero-share (its mean rate 0.46)" in flat
+    assert "the history is no better than a uniform draw here" in flat
+    assert "to keep more of them: 75% at 1.64x (--min-kept 0.75: history, unseen mean, r = 0.25)" in flat
+    rc, _ = _advise(tmp_path, *runs, "--rates", "0.25,0.5", "--screen-k", "2", "--min-kept", "0.6")
+    flat = " ".join(capsys.readouterr().out.split())
+    assert rc == 0 and "chosen: history, unseen mean at r = 0.25" in flat  # zero-share is under 0.6
     rc, _ = _advise(tmp_path, *runs, "--rates", "0.25,0.5", "--screen-k", "2", "--min-kept", "0.9")
     text = capsys.readouterr().out
     assert rc == 0  # nothing keeps 90% of them at a real saving
