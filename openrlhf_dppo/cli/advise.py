@@ -62,8 +62,8 @@ def _numbers(text: str, flag: str, kind=float) -> tuple:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from openrlhf_dppo.report import advise_render
-    from openrlhf_dppo.report.advise import analyse
-    from openrlhf_dppo.report.recommend import measured_f, recommend
+    from openrlhf_dppo.report.advise import analyse, measured_machine
+    from openrlhf_dppo.report.recommend import recommend
     from openrlhf_dppo.report.run import RunDirError
     from openrlhf_dppo.report.summary import Settings
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"openrlhf-dppo advise: error: {err}", file=sys.stderr)
         return 2
     rec = recommend(advice, args.gen_share, args.min_kept)
-    f = measured_f(advice)
+    f = measured_machine(advice)
     print(advise_render.console_text(advice, rec, f, args.gen_share))
     if args.out:
         print(f"advice written to {advise_render.write(advice, rec, f, args.gen_share, args.out)}")

@@ -214,12 +214,42 @@ def analyse(path: str, settings: Settings, rates: tuple[float, ...], ks: tuple[i
     )
 
 
-def step_ratio(f: float, gen: float, train: float) -> float:
+def step_ratio(f: float, gen: float, train: float, fixed: float = 0.0) -> float:
     """A step's time as a share of GRPO's from the generation and training costs (no completion pruning):
-    f gen + (1 - f) train; with gen = train = 1 - r_q it is ``speedup.ideal_step_ratio(f, r_q, 0)``."""
-    if not 0.0 <= f <= 1.0:
-        raise ValueError(f"f must be in [0, 1], got {f}")
-    return f * gen + (1.0 - f) * train
+    fixed + f gen + (1 - f - fixed) train, ``fixed`` the share of the step that does not scale with the
+    rollout (the weight sync); with gen = train = 1 - r_q and fixed = 0 it is
+    ``speedup.ideal_step_ratio(f, r_q, 0)``."""
+    if not (0.0 <= f <= 1.0 and 0.0 <= fixed <= 1.0 - f):
+        raise ValueError(
+            f"f and fixed must be shares of one step (f in [0, 1], fixed in [0, 1 - f]), got {f}, {fixed}"
+        )
+    return fixed + f * gen + (1.0 - f - fixed) * train
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where a GRPO step's time goes, as shares of it: generation ``f`` and ``fixed``, the weight sync,
+    which broadcasts the weights whatever the rollout holds; the rest (the experience and training phases)
+    scales with the tokens trained."""
+
+    f: float
+    fixed: float = 0.0
+
+    def step_ratio(self, gen: float, train: float) -> float:
+        return step_ratio(self.f, gen, train, self.fixed)
+
+
+def measured_machine(advice: list[RunAdvice]) -> Machine | None:
+    """The runs' mean f and weight-sync share (median phase / median step, each run); None without f."""
+    fs, syncs = [], []
+    for a in advice:
+        s = a.summary
+        if s.generation_share is None or not s.step_time:
+            continue
+        fs.append(s.generation_share)
+        sync = s.phases.get(R.BROADCAST)
+        syncs.append(0.0 if sync is None else min(sync / s.step_time, 1.0 - s.generation_share))
+    return Machine(statistics.fmean(fs), statistics.fmean(syncs)) if fs else None
 
 
 def pooled(advice: list[RunAdvice]) -> dict[str, dict[float, dict[str, list[float]]]]:

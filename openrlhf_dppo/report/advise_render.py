@@ -9,7 +9,7 @@ import math
 import textwrap
 from pathlib import Path
 
-from openrlhf_dppo.report.advise import RunAdvice
+from openrlhf_dppo.report.advise import Machine, RunAdvice
 from openrlhf_dppo.report.curves import Spread
 from openrlhf_dppo.report.recommend import Point, Recommendation, points
 from openrlhf_dppo.report.summary import phase_label
@@ -69,7 +69,7 @@ def recurrence_table(advice: list[RunAdvice]) -> Table:
     return title, head, rows
 
 
-def rule_table(advice: list[RunAdvice], f: float | None, gen_share: float | None, console: bool) -> Table:
+def rule_table(advice: list[RunAdvice], f: Machine | None, gen_share: float | None, console: bool) -> Table:
     head = ["rule", "r", "kept", "effective", "gen", "train", "speedup at f", "at gen share"]
     rows = []
     for p in points(advice):
@@ -78,7 +78,8 @@ def rule_table(advice: list[RunAdvice], f: float | None, gen_share: float | None
     title = (
         "selection rules replayed on the prompt log: kept = expected share of the gradient-carrying groups "
         "rolled out, gen / train = cost as a share of GRPO's, speedup = ideal step time (only the exact "
-        f"A = 0 drop) at f = {fmt(f, '.2f')} and "
+        f"A = 0 drop) at f = {fmt(None if f is None else f.f, '.2f')} (the weight sync, "
+        f"{fmt(None if f is None else f.fixed, '.2f')} of the step, held fixed) and "
         + (
             "at --gen-share (none given)"
             if gen_share is None
@@ -105,7 +106,7 @@ def _nearest(by_rate: dict[float, dict[str, float]], rate: float) -> float:
     return min(by_rate, key=lambda r: abs(r - rate)) if by_rate else rate
 
 
-def _speed(p: Point, f: float | None) -> str:
+def _speed(p: Point, f: Machine | float | None) -> str:
     s = p.speedup(f)
     return NA if s is None else f"{s:.2f}x"
 

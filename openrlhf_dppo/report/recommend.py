@@ -43,7 +43,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from openrlhf_dppo.core.config import MODE_PRESETS, DPPOConfig
-from openrlhf_dppo.report.advise import RunAdvice, pooled, step_ratio
+from openrlhf_dppo.report.advise import Machine, RunAdvice, measured_machine, pooled
 
 TIE = 0.02  # a speedup or effective share within 2% of another is a tie
 BUILT = ("history, unseen keep", "history, unseen mean", "zero-share")
@@ -61,8 +61,11 @@ class Point:
     gen: float
     train: float
 
-    def speedup(self, f: float | None) -> float | None:
-        return None if f is None else 1.0 / step_ratio(f, self.gen, self.train)
+    def speedup(self, at: Machine | float | None) -> float | None:
+        """The ideal step-time speedup on ``at``: a Machine, or a bare generation share (nothing fixed)."""
+        if at is None:
+            return None
+        return 1.0 / (at if isinstance(at, Machine) else Machine(at)).step_ratio(self.gen, self.train)
 
 
 @dataclass
@@ -83,16 +86,11 @@ def points(advice: list[RunAdvice]) -> list[Point]:
     return out
 
 
-def measured_f(advice: list[RunAdvice]) -> float | None:
-    fs = [a.summary.generation_share for a in advice if a.summary.generation_share is not None]
-    return statistics.fmean(fs) if fs else None
-
-
-def _fastest(cands: list[Point], f: float) -> Point | None:
+def _fastest(cands: list[Point], f: Machine | float) -> Point | None:
     return max(cands, key=lambda p: p.speedup(f) or 0.0, default=None)
 
 
-def dominates(a: Point, b: Point, f: float) -> bool:
+def dominates(a: Point, b: Point, f: Machine | float) -> bool:
     """``a`` is at least as effective and as fast as ``b``, one of the two by more than ``TIE``."""
     sa, sb = a.speedup(f) or 0.0, b.speedup(f) or 0.0
     if a.effective < b.effective or sa < sb:
@@ -100,7 +98,7 @@ def dominates(a: Point, b: Point, f: float) -> bool:
     return a.effective > b.effective * (1 + TIE) or sa > sb * (1 + TIE)
 
 
-def choose(cands: list[Point], f: float, min_kept: float | None = None) -> Point | None:
+def choose(cands: list[Point], f: Machine | float, min_kept: float | None = None) -> Point | None:
     """Module docstring, 2-3: zero-share unless a candidate that keeps the gradient dominates it; the
     fastest that keeps it where zero-share does not; None where no candidate keeps it."""
     ok = [p for p in cands if p.kept >= (min_kept or 0.0)]
@@ -124,7 +122,7 @@ def uniform_at(pts: list[Point], gen: float) -> float | None:
     return None  # a cost above GRPO's
 
 
-def effective_at_speed(curve: list[Point], speed: float, f: float) -> tuple[float | None, str]:
+def effective_at_speed(curve: list[Point], speed: float, f: Machine | float) -> tuple[float | None, str]:
     """One rule's effective share at the step-time speedup ``speed``, from its replayed rates: interpolated
     linearly between the two that bracket it (``"exact"``); the lowest rate's where even it is faster
     (``"at least"``: a lower rate keeps more); the highest rate's where even it is slower (``"at most"``: a
@@ -145,7 +143,7 @@ def effective_at_speed(curve: list[Point], speed: float, f: float) -> tuple[floa
 
 
 def _screening(
-    screens: list[Point], chosen: Point | None, f: float, min_kept: float | None
+    screens: list[Point], chosen: Point | None, f: Machine | float, min_kept: float | None
 ) -> tuple[str, str]:
     """Does screening pay (module docstring, 5)? Each screening rule is read at the chosen rule's speedup
     (or, with no rule chosen, at just faster than GRPO): it pays where its effective share there beats the
@@ -173,7 +171,7 @@ def _screening(
     return verdict, line
 
 
-def _keeping_more(cands: list[Point], chosen: Point, f: float) -> str:
+def _keeping_more(cands: list[Point], chosen: Point, f: Machine | float) -> str:
     """What keeping more of the gradient-carrying groups than the chosen rule would cost: the fastest
     candidate that keeps at least 75% and 90% of them (those the chosen one does not reach)."""
     parts = []
@@ -185,9 +183,10 @@ def _keeping_more(cands: list[Point], chosen: Point, f: float) -> str:
     return "to keep more of them: " + "; ".join(parts) if parts else ""
 
 
-def _fmt_speedups(p: Point, f: float | None, gen_share: float | None) -> str:
-    parts = [f"{p.speedup(x):.2f}x at {label} {x:.2f}" for label, x in (("f =", f), ("gen share", gen_share))
-             if x is not None]  # fmt: skip
+def _fmt_speedups(p: Point, m: Machine | None, gen_share: float | None) -> str:
+    parts = [] if m is None else [f"{p.speedup(m):.2f}x at f = {m.f:.2f}"]
+    if gen_share is not None:
+        parts.append(f"{p.speedup(gen_share):.2f}x at gen share {gen_share:.2f}")
     return ", ".join(parts)
 
 
@@ -195,8 +194,8 @@ def recommend(
     advice: list[RunAdvice], gen_share: float | None = None, min_kept: float | None = None
 ) -> Recommendation:
     """The advice of the module docstring for the runs' pooled numbers."""
-    f = measured_f(advice)
-    at = gen_share if gen_share is not None else f  # the machine the user asks about, else this one
+    f = measured_machine(advice)
+    at: Machine | float | None = gen_share if gen_share is not None else f  # the one asked about, else this
     too_short = sorted({note for a in advice for note in a.notes})
     pts = points(advice)
     shares = [a.trend["mean"] for a in advice if a.trend]
@@ -252,7 +251,7 @@ def recommend(
             )
         lines.append(
             f"expected step-time speedup at most {_fmt_speedups(chosen, f, gen_share)}: an ideal bound "
-            "(no overhead, packing gains left out), replayed on GRPO's own trajectory (a DPPO run's history "
+            "(the measured weight sync held fixed, other overhead and packing gains left out), replayed on GRPO's own trajectory (a DPPO run's history "
             "sees only what it rolled out), and a kept gradient share is not held-out accuracy: check with "
             "compare"
         )

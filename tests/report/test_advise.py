@@ -25,7 +25,7 @@ DATA = Path(__file__).parent / "data" / "tiny_cpu"
 G = 4
 
 
-def make_run(root: Path, name: str, groups, lengths=None, q=None, gen=0.6, train=0.4) -> str:
+def make_run(root: Path, name: str, groups, lengths=None, q=None, gen=0.6, train=0.4, sync=None) -> str:
     """A GRPO run dir: steps of (indices, rewards (n, G)) in metrics.jsonl (equal-reward share, phase
     times gen + train) and prompts.jsonl (optional per-completion lengths, q)."""
     d = root / name
@@ -39,6 +39,8 @@ def make_run(root: Path, name: str, groups, lengths=None, q=None, gen=0.6, train
         metrics.append({"kind": "train", "step": step, "time": step, "wall_time": step,
                         "timing/generation": gen, "timing/ppo_train": train, "timing/step_total": gen + train,
                         "rollout/equal_reward_frac_ht": share, "rollout/equal_reward_frac": share})  # fmt: skip
+        if sync is not None:
+            metrics[-1].update({"timing/broadcast": sync, "timing/step_total": gen + train + sync})
         row = {"step": step, "index": idx, "q": q or [1.0] * len(idx), "rewards": rw}
         if lengths is not None:
             row["lengths"] = lengths[step - 1]
@@ -308,3 +310,15 @@ def test_screening_pays_only_where_it_beats_the_chosen_rule_at_its_speed():
     verdict, line = R._screening(rich, chosen, f, 0.6)
     assert verdict == "not told" and "widen --rates" in line
     assert R._screening([], chosen, f, 0.6) == ("not told", "")
+
+
+def test_the_weight_sync_is_held_fixed(tmp_path):
+    # a step of 1 s: generation 0.5, the rest 0.3, the weight sync 0.2 (whatever the rollout holds)
+    run = make_run(tmp_path, "g", predictable(), gen=0.5, train=0.3, sync=0.2)
+    m = A.measured_machine([A.analyse(run, Settings(), (0.5,), ())])
+    assert (m.f, m.fixed) == (pytest.approx(0.5), pytest.approx(0.2))
+    half = R.Point("uniform", 0.5, 0.5, 0.5, 0.5, 0.5)
+    assert half.speedup(m) == pytest.approx(1 / (0.2 + 0.5 * 0.5 + 0.3 * 0.5))  # 1.67x, not 2x
+    assert half.speedup(0.5) == pytest.approx(2.0)  # a bare generation share holds nothing fixed
+    with pytest.raises(ValueError, match="shares of one step"):
+        A.step_ratio(0.7, 0.5, 0.5, fixed=0.4)
