@@ -16,10 +16,10 @@ The rule (each step is written into the advice it prints):
    alone cannot decide (the 1/q weights keep the gradient's expectation: what a lower share costs is
    variance, which the effective share counts, against time, which the speedup counts).
    There is no floor by default: zero-share's countdown runs in the current results pruned their whole
-   first epoch blind (no prompt seen before: a uniform draw at about 0.59, keeping about 0.41 of the
-   gradient groups there) and still reached GRPO's final accuracy in about half its time; how low a
-   share stays that good is not measured, so the advice prints the share it keeps and what keeping more
-   would cost.
+   first epoch blind (no prompt seen before, so a uniform draw at the all-equal share, about 0.59 on
+   countdown's first 50 steps: about 0.41 of the gradient groups kept) and still reached GRPO's final
+   accuracy in about half its time; how low a share stays that good is not measured, so the advice
+   prints the share it keeps and what keeping more would cost.
 3. Where zero-share keeps less than ``min_kept``, the fastest candidate that keeps it is chosen; where
    none does and is faster than GRPO, the run is left as GRPO (no prompt pruning).
 4. Completion pruning stays off (``--dppo.completion_prune_rate 0``): a prompt log cannot value it (it
@@ -33,7 +33,7 @@ The rule (each step is written into the advice it prints):
    until a step is measured, unseen mean, no completion pruning) where the chosen rule is that preset,
    followed by the settings that differ from it (or from the config's defaults).
 The rule is chosen at ``--gen-share`` when it is given (the machine the user asks about), else at the
-measured f.
+measured f and weight sync (``advise.Machine``).
 """
 
 from __future__ import annotations
