@@ -267,7 +267,7 @@ def recommend(
 
 def _settings(p: Point, advice: list[RunAdvice]) -> dict[str, object]:
     """The ``--dppo.*`` settings of the chosen rule (field name -> value)."""
-    mean = {name: statistics.fmean(getattr(a.config, attr) for a in advice)
+    mean = {name: round(statistics.fmean(getattr(a.config, attr) for a in advice), 6)  # no float dust
             for name, attr in (("history_decay", "decay"), ("history_prior", "prior"), ("q_min", "q_min"),
                                ("prompt_prune_rate_max", "zero_share_cap"))}  # fmt: skip
     if p.rule == "zero-share":

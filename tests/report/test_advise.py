@@ -125,6 +125,11 @@ def test_zero_share_with_unseen_mean_is_written_as_the_preset(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "--dppo.mode recommended --dppo.history_decay 0" in text
     assert "chosen: zero-share (its mean rate 0.50)" in text
+    # three seeds pooled: the means of equal settings are those settings (0.1 three times, not 0.0999...)
+    runs = [make_run(tmp_path, f"g{s}", predictable(steps=8)) for s in (1, 2, 3)]
+    assert cli_main(["advise", *runs, "--rates", "0.25,0.5", "--screen-k", "2"]) == 0
+    flags = capsys.readouterr().out.split("flags:")[1].split("\n- ")[0].split()
+    assert flags == ["--dppo.mode", "recommended", "--dppo.history_decay", "0"]
     assert "--dppo.prompt_rate_control" not in text.split("flags:")[1].split("- ")[0]
 
 
