@@ -171,6 +171,23 @@ def _screening(
     return verdict, line
 
 
+def _against_uniform(chosen: Point, uniform: float) -> str:
+    """The chosen rule against a uniform draw of its generation cost (whose kept and effective shares are
+    both ``uniform``): in kept share, and in effective share, which the 1/q weights' spread lowers."""
+    kept, eff = chosen.kept - uniform, chosen.effective - uniform
+    head = f"against a uniform draw at the same generation cost ({chosen.gen:.2f} of GRPO's, keeps {uniform:.1%}): "
+    costly = " (its 1/q weights cost more variance than its foresight saves)" if eff < -0.01 else ""
+    if kept <= 0.01:
+        return (
+            head
+            + "the history is no better than a uniform draw here"
+            + (f", {eff:+.1%} in effective share{costly}" if costly else "")
+        )
+    return (
+        head + f"the history keeps {kept:+.1%} of the gradient groups, {eff:+.1%} in effective share{costly}"
+    )
+
+
 def _keeping_more(cands: list[Point], chosen: Point, f: Machine | float) -> str:
     """What keeping more of the gradient-carrying groups than the chosen rule would cost: the fastest
     candidate that keeps at least 75% and 90% of them (those the chosen one does not reach)."""
@@ -239,16 +256,7 @@ def recommend(
             )
         uniform = uniform_at(pts, chosen.gen)
         if uniform is not None:
-            better = chosen.kept - uniform
-            lines.append(
-                f"against a uniform draw at the same generation cost ({chosen.gen:.2f} of GRPO's, "
-                f"keeps {uniform:.1%}): "
-                + (
-                    f"the history keeps {better:+.1%} of the gradient groups"
-                    if better > 0.01
-                    else "the history is no better than a uniform draw here"
-                )  # fmt: skip
-            )
+            lines.append(_against_uniform(chosen, uniform))
         lines.append(
             f"expected step-time speedup at most {_fmt_speedups(chosen, f, gen_share)}: an ideal bound "
             "(the measured weight sync held fixed, other overhead and packing gains left out), replayed on GRPO's own trajectory (a DPPO run's history "

@@ -327,3 +327,13 @@ def test_the_weight_sync_is_held_fixed(tmp_path):
     assert half.speedup(0.5) == pytest.approx(2.0)  # a bare generation share holds nothing fixed
     with pytest.raises(ValueError, match="shares of one step"):
         A.step_ratio(0.7, 0.5, 0.5, fixed=0.4)
+
+
+def test_the_uniform_reference_counts_the_weights_spread_too():
+    # a history that rolls out more gradient groups than a uniform draw of its cost, with weights so
+    # spread that its effective share is lower: the advice says both
+    line = R._against_uniform(R.Point("zero-share", 0.6, 0.545, 0.333, 0.389, 0.2), 0.389)
+    assert "keeps +15.6% of the gradient groups, -5.6% in effective share" in line
+    assert "cost more variance than its foresight saves" in line
+    line = R._against_uniform(R.Point("zero-share", 0.6, 0.50, 0.50, 0.5, 0.2), 0.5)
+    assert line.endswith("the history is no better than a uniform draw here")
