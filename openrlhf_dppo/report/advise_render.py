@@ -72,9 +72,10 @@ def recurrence_table(advice: list[RunAdvice]) -> Table:
 def rule_table(advice: list[RunAdvice], f: Machine | None, gen_share: float | None, console: bool) -> Table:
     head = ["rule", "r", "kept", "effective", "gen", "train", "speedup at f", "at gen share"]
     rows = []
+    gpu = None if gen_share is None else Machine(gen_share)
     for p in points(advice):
         cells = _cells(advice, p, console)
-        rows.append([p.rule, f"{p.rate:.2f}", *cells, _speed(p, f), _speed(p, gen_share)])
+        rows.append([p.rule, f"{p.rate:.2f}", *cells, _speed(p, f), _speed(p, gpu)])
     title = (
         "selection rules replayed on the prompt log: kept = expected share of the gradient-carrying groups "
         "rolled out, gen / train = cost as a share of GRPO's, speedup = ideal step time (only the exact "
@@ -106,7 +107,7 @@ def _nearest(by_rate: dict[float, dict[str, float]], rate: float) -> float:
     return min(by_rate, key=lambda r: abs(r - rate)) if by_rate else rate
 
 
-def _speed(p: Point, f: Machine | float | None) -> str:
+def _speed(p: Point, f: Machine | None) -> str:
     s = p.speedup(f)
     return NA if s is None else f"{s:.2f}x"
 

@@ -42,6 +42,8 @@ import dataclasses
 import statistics
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from openrlhf_dppo.core.config import MODE_PRESETS, DPPOConfig
 from openrlhf_dppo.report.advise import Machine, RunAdvice, measured_machine, pooled
 
@@ -61,11 +63,8 @@ class Point:
     gen: float
     train: float
 
-    def speedup(self, at: Machine | float | None) -> float | None:
-        """The ideal step-time speedup on ``at``: a Machine, or a bare generation share (nothing fixed)."""
-        if at is None:
-            return None
-        return 1.0 / (at if isinstance(at, Machine) else Machine(at)).step_ratio(self.gen, self.train)
+    def speedup(self, m: Machine | None) -> float | None:
+        return None if m is None else 1.0 / m.step_ratio(self.gen, self.train)
 
 
 @dataclass
@@ -86,11 +85,11 @@ def points(advice: list[RunAdvice]) -> list[Point]:
     return out
 
 
-def _fastest(cands: list[Point], f: Machine | float) -> Point | None:
+def _fastest(cands: list[Point], f: Machine) -> Point | None:
     return max(cands, key=lambda p: p.speedup(f) or 0.0, default=None)
 
 
-def dominates(a: Point, b: Point, f: Machine | float) -> bool:
+def dominates(a: Point, b: Point, f: Machine) -> bool:
     """``a`` is at least as effective and as fast as ``b``, one of the two by more than ``TIE``."""
     sa, sb = a.speedup(f) or 0.0, b.speedup(f) or 0.0
     if a.effective < b.effective or sa < sb:
@@ -98,7 +97,7 @@ def dominates(a: Point, b: Point, f: Machine | float) -> bool:
     return a.effective > b.effective * (1 + TIE) or sa > sb * (1 + TIE)
 
 
-def choose(cands: list[Point], f: Machine | float, min_kept: float | None = None) -> Point | None:
+def choose(cands: list[Point], f: Machine, min_kept: float | None = None) -> Point | None:
     """Module docstring, 2-3: zero-share unless a candidate that keeps the gradient dominates it; the
     fastest that keeps it where zero-share does not; None where no candidate keeps it."""
     ok = [p for p in cands if p.kept >= (min_kept or 0.0)]
@@ -113,16 +112,12 @@ def uniform_at(pts: list[Point], gen: float) -> float | None:
     """A uniform draw's kept share at generation cost ``gen``: interpolated between the replayed uniform
     rates and GRPO (cost 1, kept 1); None without a uniform point."""
     uni = sorted((p.gen, p.kept) for p in pts if p.rule == "uniform")
-    if not uni:
+    if not uni or not 0.0 <= gen <= 1.0:
         return None
-    xs, ys = [0.0, *(g for g, _ in uni), 1.0], [0.0, *(k for _, k in uni), 1.0]
-    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
-        if x0 <= gen <= x1:
-            return y0 if x1 == x0 else y0 + (y1 - y0) * (gen - x0) / (x1 - x0)
-    return None  # a cost above GRPO's
+    return float(np.interp(gen, [0.0, *(g for g, _ in uni), 1.0], [0.0, *(k for _, k in uni), 1.0]))
 
 
-def effective_at_speed(curve: list[Point], speed: float, f: Machine | float) -> tuple[float | None, str]:
+def effective_at_speed(curve: list[Point], speed: float, f: Machine) -> tuple[float | None, str]:
     """One rule's effective share at the step-time speedup ``speed``, from its replayed rates: interpolated
     linearly between the two that bracket it (``"exact"``); the lowest rate's where even it is faster
     (``"at least"``: a lower rate keeps more); the highest rate's where even it is slower (``"at most"``: a
@@ -135,15 +130,11 @@ def effective_at_speed(curve: list[Point], speed: float, f: Machine | float) -> 
         return pts[0].effective, "exact" if speed == sp[0] else "at least"
     if speed > sp[-1]:
         return pts[-1].effective, "at most"
-    for a, b, sa, sb in zip(pts, pts[1:], sp, sp[1:]):
-        if sa <= speed <= sb:
-            t = 0.0 if sb == sa else (speed - sa) / (sb - sa)
-            return a.effective + (b.effective - a.effective) * t, "exact"
-    return None, ""  # unreachable: the speeds are sorted
+    return float(np.interp(speed, sp, [p.effective for p in pts])), "exact"
 
 
 def _screening(
-    screens: list[Point], chosen: Point | None, f: Machine | float, min_kept: float | None
+    screens: list[Point], chosen: Point | None, f: Machine, min_kept: float | None
 ) -> tuple[str, str]:
     """Does screening pay (module docstring, 5)? Each screening rule is read at the chosen rule's speedup
     (or, with no rule chosen, at just faster than GRPO): it pays where its effective share there beats the
@@ -188,7 +179,7 @@ def _against_uniform(chosen: Point, uniform: float) -> str:
     )
 
 
-def _keeping_more(cands: list[Point], chosen: Point, f: Machine | float) -> str:
+def _keeping_more(cands: list[Point], chosen: Point, f: Machine) -> str:
     """What keeping more of the gradient-carrying groups than the chosen rule would cost: the fastest
     candidate that keeps at least 75% and 90% of them (those the chosen one does not reach)."""
     parts = []
@@ -203,7 +194,7 @@ def _keeping_more(cands: list[Point], chosen: Point, f: Machine | float) -> str:
 def _fmt_speedups(p: Point, m: Machine | None, gen_share: float | None) -> str:
     parts = [] if m is None else [f"{p.speedup(m):.2f}x at f = {m.f:.2f}"]
     if gen_share is not None:
-        parts.append(f"{p.speedup(gen_share):.2f}x at gen share {gen_share:.2f}")
+        parts.append(f"{p.speedup(Machine(gen_share)):.2f}x at gen share {gen_share:.2f}")
     return ", ".join(parts)
 
 
@@ -212,7 +203,9 @@ def recommend(
 ) -> Recommendation:
     """The advice of the module docstring for the runs' pooled numbers."""
     f = measured_machine(advice)
-    at: Machine | float | None = gen_share if gen_share is not None else f  # the one asked about, else this
+    at = (
+        Machine(gen_share) if gen_share is not None else f
+    )  # the machine asked about (nothing fixed), else this
     too_short = sorted({note for a in advice for note in a.notes})
     pts = points(advice)
     shares = [a.trend["mean"] for a in advice if a.trend]
@@ -259,9 +252,9 @@ def recommend(
             lines.append(_against_uniform(chosen, uniform))
         lines.append(
             f"expected step-time speedup at most {_fmt_speedups(chosen, f, gen_share)}: an ideal bound "
-            "(the measured weight sync held fixed, other overhead and packing gains left out), replayed on GRPO's own trajectory (a DPPO run's history "
-            "sees only what it rolled out), and a kept gradient share is not held-out accuracy: check with "
-            "compare"
+            "(at f the measured weight sync held fixed; other overhead and packing gains left out), replayed "
+            "on GRPO's own trajectory (a DPPO run's history sees only what it rolled out), and a kept gradient "
+            "share is not held-out accuracy: check with compare"
         )
     screening, line = _screening(screens, chosen, at, min_kept)
     if line:

@@ -138,7 +138,7 @@ def _pt(rule, effective, gen, kept=None):
 
 
 def test_zero_share_is_replaced_only_by_a_rule_that_dominates_it():
-    f = 0.5
+    f = A.Machine(0.5)
     zero = _pt("zero-share", 0.70, 0.60)
     faster_less_effective = _pt("history, unseen mean", 0.60, 0.50)
     slower_more_effective = _pt("history, unseen keep", 0.90, 0.80)
@@ -164,7 +164,7 @@ def test_the_uniform_reference_is_taken_at_the_chosen_rules_cost():
 def test_there_is_no_kept_floor_by_default():
     assert build_parser().parse_args(["r"]).min_kept is None
     low = _pt("zero-share", 0.41, 0.41)
-    assert R.choose([low, _pt("history, unseen mean", 0.75, 0.75)], 0.3) is low
+    assert R.choose([low, _pt("history, unseen mean", 0.75, 0.75)], A.Machine(0.3)) is low
 
 
 def test_a_log_no_history_can_predict(tmp_path, capsys):
@@ -294,7 +294,7 @@ def test_training_cost_counts_only_the_gradient_groups_where_the_exact_zero_drop
 
 
 def test_a_rule_is_read_at_a_speed_between_its_replayed_rates():
-    f = 1.0  # speedup = 1 / gen
+    f = A.Machine(1.0)  # speedup = 1 / gen
     curve = [_pt("screen k=2 alone", 0.9, 0.8), _pt("screen k=2 alone", 0.5, 0.4)]  # 1.25x and 2.5x
     assert R.effective_at_speed(curve, 1.875, f) == (pytest.approx(0.7), "exact")
     assert R.effective_at_speed(curve, 1.1, f) == (0.9, "at least")  # faster than asked at every rate
@@ -303,7 +303,7 @@ def test_a_rule_is_read_at_a_speed_between_its_replayed_rates():
 
 
 def test_screening_pays_only_where_it_beats_the_chosen_rule_at_its_speed():
-    f = 1.0
+    f = A.Machine(1.0)
     chosen = _pt("zero-share", 0.70, 0.5)  # 2x
     good = [_pt("screen k=2 + history", 0.9, 0.45), _pt("screen k=2 + history", 0.6, 0.55)]  # 0.75 at 2x
     poor = [_pt("screen k=1 alone", 0.8, 0.8), _pt("screen k=1 alone", 0.6, 0.6)]  # slower: at most 0.6
@@ -324,7 +324,7 @@ def test_the_weight_sync_is_held_fixed(tmp_path):
     assert (m.f, m.fixed) == (pytest.approx(0.5), pytest.approx(0.2))
     half = R.Point("uniform", 0.5, 0.5, 0.5, 0.5, 0.5)
     assert half.speedup(m) == pytest.approx(1 / (0.2 + 0.5 * 0.5 + 0.3 * 0.5))  # 1.67x, not 2x
-    assert half.speedup(0.5) == pytest.approx(2.0)  # a bare generation share holds nothing fixed
+    assert half.speedup(A.Machine(0.5)) == pytest.approx(2.0)  # --gen-share's machine holds nothing fixed
     with pytest.raises(ValueError, match="shares of one step"):
         A.step_ratio(0.7, 0.5, 0.5, fixed=0.4)
 
