@@ -14,6 +14,7 @@
 #   bash scripts/setup_gpu.sh --check    only check the toolchain flash-attn and DeepSpeed build with
 #                                        (torch's CUDA build, nvcc of the same CUDA major version, ninja)
 #   bash scripts/setup_gpu.sh --dry-run  print the pip commands, run nothing
+#   bash scripts/setup_gpu.sh --verify   only step 6, on what is installed (after a fix, without rebuilding)
 # Environment: PYTHON (default python3), MAX_JOBS (parallel nvcc jobs of the flash-attn build; each can take
 # ~9 GB of RAM), FLASH_ATTN_CUDA_ARCHS (default 80;90;100;120; "90" alone for H100/H200 builds ~4x faster),
 # CUDA_HOME (else nvcc on PATH), SKIP_FUSED_ADAM=1 (skip step 6's FusedAdam build).
@@ -23,8 +24,8 @@ PY=${PYTHON:-python3}
 C=requirements/gpu-constraints.txt
 MODE=${1:-install}
 case "$MODE" in
-  install | --check | --dry-run) ;;
-  *) echo "usage: bash scripts/setup_gpu.sh [--check | --dry-run]" >&2; exit 2 ;;
+  install | --check | --dry-run | --verify) ;;
+  *) echo "usage: bash scripts/setup_gpu.sh [--check | --dry-run | --verify]" >&2; exit 2 ;;
 esac
 
 pip_install() {  # pip install -c CONSTRAINTS ARGS..., or print it under --dry-run
@@ -82,8 +83,45 @@ print(f"[setup-gpu] toolchain ok: torch {torch.__version__} (CUDA {cuda}), {nvcc
 PY
 }
 
+# Step 6: imports what training imports, the way it imports it, and builds FusedAdam.
+verify() {
+  SKIP_FUSED_ADAM=${SKIP_FUSED_ADAM:-0} "$PY" - <<'PY'
+import os
+from importlib.metadata import version
+
+import flash_attn_2_cuda  # noqa: F401  the compiled kernels, not only the Python package
+import torch
+import vllm  # noqa: F401
+
+from openrlhf_dppo._host import check_openrlhf_version
+
+check_openrlhf_version()
+# As OpenRLHF 0.11.2 does before it imports ring_flash_attn (--ds.ring_attn_size > 1): its own patch gives
+# transformers back the name ring-flash-attn 0.1.8 imports from transformers.modeling_flash_attention_utils
+from openrlhf.models.ring_attn_utils import patch_transformers_for_ring_flash_attn
+
+patch_transformers_for_ring_flash_attn()
+import ring_flash_attn  # noqa: E402, F401
+
+names = ("torch", "vllm", "flash-attn", "ring-flash-attn", "deepspeed", "openrlhf", "transformers", "ray")
+print("[setup-gpu] " + " | ".join(f"{n} {version(n)}" for n in names))
+if os.environ["SKIP_FUSED_ADAM"] != "1" and torch.cuda.is_available():
+    from deepspeed.ops.op_builder import FusedAdamBuilder
+
+    FusedAdamBuilder().load()  # JIT-compiled once into ~/.cache/torch_extensions; every run reuses it
+    print("[setup-gpu] DeepSpeed FusedAdam built")
+else:
+    print("[setup-gpu] DeepSpeed FusedAdam not built now: it is compiled (nvcc, ninja) at the first training step")
+PY
+}
+
 if [ "$MODE" = --check ]; then
   check_toolchain
+  exit
+fi
+if [ "$MODE" = --verify ]; then
+  verify
+  echo "[setup-gpu] done"
   exit
 fi
 
@@ -109,26 +147,5 @@ echo "[setup-gpu] 6/6 check the imports and build DeepSpeed's FusedAdam"
 if [ "$MODE" = --dry-run ]; then
   exit
 fi
-SKIP_FUSED_ADAM=${SKIP_FUSED_ADAM:-0} "$PY" - <<'PY'
-import os
-from importlib.metadata import version
-
-import flash_attn_2_cuda  # noqa: F401  the compiled kernels, not only the Python package
-import ring_flash_attn  # noqa: F401
-import torch
-import vllm  # noqa: F401
-
-from openrlhf_dppo._host import check_openrlhf_version
-
-check_openrlhf_version()
-names = ("torch", "vllm", "flash-attn", "ring-flash-attn", "deepspeed", "openrlhf", "transformers", "ray")
-print("[setup-gpu] " + " | ".join(f"{n} {version(n)}" for n in names))
-if os.environ["SKIP_FUSED_ADAM"] != "1" and torch.cuda.is_available():
-    from deepspeed.ops.op_builder import FusedAdamBuilder
-
-    FusedAdamBuilder().load()  # JIT-compiled once into ~/.cache/torch_extensions; every run reuses it
-    print("[setup-gpu] DeepSpeed FusedAdam built")
-else:
-    print("[setup-gpu] DeepSpeed FusedAdam not built now: it is compiled (nvcc, ninja) at the first training step")
-PY
+verify
 echo "[setup-gpu] done"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 from importlib.metadata import requires, version
@@ -191,3 +192,59 @@ def test_the_toolchain_check_accepts_an_nvcc_of_torchs_cuda_major_version(tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert "nvcc is CUDA 13.0, torch's is 13.2 (same major: it builds)" in proc.stdout
     assert "toolchain ok: torch 2.13.0 (CUDA 13.2)" in proc.stdout
+
+
+def _gpu_stand_ins(tmp_path: Path) -> Path:
+    """What step 6 imports on a GPU node and this machine lacks, on one path: flash-attn (the project's
+    stand-in plus ``flash_attn_interface`` with the four names ring-flash-attn 0.1.8 imports from it, and
+    an empty ``flash_attn_2_cuda``) and vllm under its GPU name, each with the metadata step 6 prints."""
+    from openrlhf_dppo.compat.flash_attn_stub import STUB_PATH
+
+    site = tmp_path / "gpu-site"
+    shutil.copytree(Path(STUB_PATH) / "flash_attn", site / "flash_attn")
+    names = (
+        "_flash_attn_forward",
+        "_flash_attn_backward",
+        "_flash_attn_varlen_forward",
+        "_flash_attn_varlen_backward",
+    )
+    (site / "flash_attn" / "flash_attn_interface.py").write_text(
+        "".join(f"def {n}(*args, **kwargs):\n    raise NotImplementedError('stand-in')\n\n\n" for n in names)
+    )
+    (site / "flash_attn_2_cuda.py").write_text("")
+    (site / "vllm").mkdir()
+    (site / "vllm" / "__init__.py").write_text("")
+    for dist, ver in (("flash_attn", "2.8.3"), ("vllm", "0.29.0")):
+        meta = site / f"{dist}-{ver}.dist-info"
+        meta.mkdir()
+        (meta / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {ver}\n"
+        )
+    return site
+
+
+def test_step_6_imports_ring_flash_attn_as_openrlhf_does_with_this_transformers(tmp_path):
+    """ring-flash-attn 0.1.8 imports a name transformers 5.x no longer has where it looks; OpenRLHF 0.11.2
+    patches it back before each import of ring_flash_attn, and step 6 must do the same (a plain import
+    failed there, after the flash-attn build, and FusedAdam was never built)."""
+    assert version("ring-flash-attn") == "0.1.8", "requirements/dev.txt installs ring-flash-attn==0.1.8"
+    (dev,) = [
+        line for line in (ROOT / "requirements" / "dev.txt").read_text().splitlines() if "ring" in line[:4]
+    ]
+    assert Requirement(dev).specifier == CONSTRAINTS["ring-flash-attn"].specifier
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(_gpu_stand_ins(tmp_path))}
+    env.update(DS_ACCELERATOR="cpu", SKIP_FUSED_ADAM="1")
+    # the premise: with this transformers, a plain import fails for the name OpenRLHF's patch supplies
+    plain = subprocess.run([sys.executable, "-c", "import ring_flash_attn"], capture_output=True, text=True,
+                           timeout=120, env=env)  # fmt: skip
+    assert plain.returncode == 1 and "is_flash_attn_greater_or_equal_2_10" in plain.stderr, plain.stderr[
+        -2000:
+    ]
+
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "--verify"], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"ring-flash-attn 0.1.8 | deepspeed {version('deepspeed')}" in proc.stdout
+    assert f"transformers {version('transformers')}" in proc.stdout
+    assert proc.stdout.rstrip().endswith("[setup-gpu] done"), proc.stdout
