@@ -165,6 +165,12 @@ def test_commands_pass_the_cli_parser_and_config_flag_expands_to_the_same_run():
         assert ns["ds.zero_stage"] == "3" and ns["ds.packing_samples"] == "True"
         assert ns["train.dynamic_batch_enable"] == "True" and ns["rollout.n_samples_per_prompt"] == "8"
         assert ns["algo.advantage.estimator"] == "'group_norm'"
+        # checkpoints for resume only: OpenRLHF's best-metric saves off, no HF copy of each checkpoint
+        assert (ns["ckpt.max_num"], ns["ckpt.best_metric_key"], ns["ckpt.save_hf"]) == (
+            "2",
+            "'none'",
+            "False",
+        )
     assert dppo["dppo.enable"] == "True" and grpo["dppo.enable"] == "False"
     # the recommended mode (--dppo.mode): zero-share from 0.5, unseen prompts drawn, no completion pruning
     assert (dppo["dppo.mode"], dppo["dppo.prompt_rate_control"], dppo["dppo.unseen_prompts"]) == (
@@ -180,6 +186,40 @@ def test_commands_pass_the_cli_parser_and_config_flag_expands_to_the_same_run():
         "ckpt.path",
         "logger.tensorboard_dir",
     }
+
+
+# Qwen3-4B's architecture (its config.json); the output layer shares the embedding matrix
+QWEN3_4B = dict(vocab=151936, hidden=2560, layers=36, intermediate=9728, heads=32, kv_heads=8, head_dim=128)
+
+
+def qwen3_params(vocab, hidden, layers, intermediate, heads, kv_heads, head_dim):
+    attention = hidden * head_dim * 2 * (heads + kv_heads) + 2 * head_dim  # q, o, k, v; q_norm, k_norm
+    mlp = 3 * hidden * intermediate  # gate, up, down
+    return (
+        vocab * hidden + layers * (attention + mlp + 2 * hidden) + hidden
+    )  # + two norms a layer, final norm
+
+
+def test_the_recipe_keeps_the_checkpoints_resume_needs_and_the_docs_state_their_disk():
+    f = flags(load_config(str(CONFIGS["dppo"]), environ={}))
+    assert f["--ckpt.max_num"] == ["2"] and f["--ckpt.best_metric_key"] == ["none"]
+    assert "--ckpt.save_hf" not in f and "--ckpt.max_mem" not in f  # no HF copies; no size cap (inf)
+    params = qwen3_params(**QWEN3_4B)
+    assert round(params / 1e9, 2) == 4.02  # Qwen3-4B's published size
+    # a ZeRO-3 checkpoint with Adam: fp32 weights and the two moments, 12 bytes a parameter (the bf16
+    # weights are not in it); a run ends with max_num of them and the final bf16 model
+    ckpt, final = 12 * params / 1e9, 2 * params / 1e9
+    run = int(f["--ckpt.max_num"][0]) * ckpt + final
+    doc = " ".join((ROOT / "docs" / "GPU_QUICKSTART.md").read_text().split())
+    for text in (
+        f"12 bytes a parameter: {ckpt:.1f} GB",
+        f"the final bf16 model ({final:.1f} GB) a run needs {run:.0f} GB",
+        f"the GRPO-vs-DPPO pair on one node {2 * run:.0f} GB",
+        "(`--ckpt.max_num 2`",
+        "(`--ckpt.best_metric_key none`",
+        "(`--ckpt.save_hf` off",
+    ):
+        assert text in doc, text
 
 
 # ------------------------------------------------------------------------------- config loader
