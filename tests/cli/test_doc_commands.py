@@ -75,7 +75,10 @@ def check(tokens: list[str], monkeypatch) -> None:
     elif cmd[0] == "bash" and re.fullmatch(r"examples/scripts/train_\w+_qwen3\.sh", cmd[1]):
         _training(load_config(_script_config(cmd[1]), environ={}) + cmd[2:])
     elif cmd[:2] == ["bash", "scripts/setup_gpu.sh"]:
-        assert set(cmd[2:]) <= {"--check", "--dry-run"}, cmd  # its usage line; more would exit 2
+        usage = re.search(
+            r"usage: bash scripts/setup_gpu\.sh \[([^]]+)\]", (ROOT / cmd[1]).read_text()
+        ).group(1)
+        assert set(cmd[2:]) <= set(usage.split(" | ")) and len(cmd) <= 3, cmd  # its usage line; more exits 2
     elif cmd[:2] == ["bash", "slurm/local_cluster.sh"]:
         usage = re.search(r"usage: \$0 ([\w|]+)", (ROOT / cmd[1]).read_text()).group(1)
         assert len(cmd) == 3 and cmd[2] in usage.split("|"), cmd
