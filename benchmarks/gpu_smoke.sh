@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU smoke: the first checks of the project's GPU path on one GPU, in about 7 minutes, each stage
-# under its own timeout. For a machine with CUDA torch and transformers but (maybe) no OpenRLHF,
+# GPU smoke: the first checks of the project's GPU path on one GPU, in at most 7 minutes, each stage
+# under its own time limit. For a machine with CUDA torch and transformers but (maybe) no OpenRLHF,
 # DeepSpeed, Ray or vLLM, and no network: what is missing travels as wheels in .whl/.
 #
 # On the device tool's nvidia-h200 (one H200, 15 minutes of device time per session, all tries):
@@ -15,7 +15,12 @@
 #      carry=[".whl"], timeout_s=300)
 #   (Any CUDA node: the same command; OUT defaults to /tmp/gpu_smoke.)
 #
-# Stages (one line each: PASS, FAIL(reason) or SKIP(reason); then a summary; exit 1 if any FAIL):
+# Stages (one line each: PASS, FAIL(reason), TIMEOUT(reason) or SKIP(reason); then a summary; exit 1 if
+# any FAIL, else 3 if any TIMEOUT). TIMEOUT: the stage reached its own limit and was stopped, and the
+# reason ends with its last line (how far it got); it says nothing about the code, unlike FAIL.
+# Each stage has its own limit (seconds: a 60, w 120 per step, b 120, c 120, d 180, e 240) and starts
+# only when that limit, plus 10 s to stop it, fits in what is left of the budget; otherwise it is a
+# SKIP that names the time it needed: no stage is cut short by the stages before it.
 #   a probe       nvidia-smi, python/torch/transformers, CUDA capability, nvcc/ninja, which of openrlhf,
 #                 deepspeed, ray, vllm, flash_attn import (probe.json, section "image")
 #   w carry       .whl/*.whl installed into $GPU_SMOKE_SITE (PYTHONPATH); where ray or vllm does not
@@ -26,14 +31,15 @@
 #   c packing     benchmarks/gpu_actor.py at Qwen3-0.6B shapes: packed vs padded log-probs must agree
 #                 (check.packed_ok), with a few timings (gpu_actor.json)
 #   d actor       benchmarks/gpu_smoke_actor.py: OpenRLHF's ActorPPOTrainer through DPPOActorTrainer,
-#                 DeepSpeed ZeRO-3 (torch AdamW), GRPO and DPPO arms on synthetic experiences
-#                 (actor.json)
+#                 DeepSpeed ZeRO-3 (torch AdamW), GRPO and DPPO arms on synthetic experiences, KL in
+#                 the loss but no entropy term (actor.json; gpu_smoke_actor.py says why)
 #   e fused_adam  the same with OpenRLHF's optimizer, DeepSpeed's FusedAdam, JIT-built with nvcc + ninja
 #                 (its build time in actor_fused.json); CUDA only
 #
 # Environment: GPU_SMOKE_DEVICE=cuda|cpu (cpu: what a CPU can run, for CI: stage c at tiny size, d on
-# gloo, e SKIP), GPU_SMOKE_STAGES (default "a w b c d e"), GPU_SMOKE_BUDGET_S (420: a stage gets what is
-# left of it, at most its own limit; one with under 20 s left is skipped), GPU_SMOKE_SITE
+# gloo, e SKIP), GPU_SMOKE_STAGES (default "a w b c d e"), GPU_SMOKE_BUDGET_S (420: the whole run's
+# limit, within the device call's timeout_s), GPU_SMOKE_LIMITS (stage limits to change, as "d=240 e=300"),
+# GPU_SMOKE_SITE
 # (/tmp/gpu_smoke_site), GPU_SMOKE_STAND_INS=auto|force (force: the stand-ins even where ray / vllm
 # import, as on the GPU machine), GPU_SMOKE_WHEELS (.whl: the folder stage w installs),
 # GPU_SMOKE_DISCIPLINE_TEST (the stage b file), PYTHON (python3).
@@ -51,6 +57,16 @@ WHEELS=${GPU_SMOKE_WHEELS:-.whl}
 PY=${PYTHON:-python3}
 case "$DEVICE" in cuda | cpu) ;; *) echo "gpu_smoke: GPU_SMOKE_DEVICE must be cuda or cpu, got '$DEVICE'" >&2; exit 2 ;; esac
 case "$STAND_INS" in auto | force) ;; *) echo "gpu_smoke: GPU_SMOKE_STAND_INS must be auto or force, got '$STAND_INS'" >&2; exit 2 ;; esac
+[[ "$BUDGET" =~ ^[0-9]+$ ]] || { echo "gpu_smoke: GPU_SMOKE_BUDGET_S must be a whole number of seconds, got '$BUDGET'" >&2; exit 2; }
+KILL_S=10  # after its limit, a stage gets SIGTERM, and SIGKILL this much later
+declare -A LIMITS=([a]=60 [w]=120 [b]=120 [c]=120 [d]=180 [e]=240)
+for item in ${GPU_SMOKE_LIMITS:-}; do
+  if [[ ! "$item" =~ ^([awbcde])=([1-9][0-9]*)$ ]]; then
+    echo "gpu_smoke: GPU_SMOKE_LIMITS takes STAGE=SECONDS items (stages a w b c d e, seconds > 0), got '$item'" >&2
+    exit 2
+  fi
+  LIMITS[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
+done
 
 mkdir -p "$OUT"
 LOG=$OUT/smoke.log
@@ -73,22 +89,23 @@ record() {  # id name status reason seconds
 
 selected() { [[ "$STAGES" == *" $1 "* ]]; }
 
-# run_stage ID NAME MAX_S CMD...: CMD under `timeout` (MAX_S or what the budget leaves), its output
-# appended to smoke.log; sets RC (124: timed out), SECS, LIMIT and TAIL (its last lines). Returns 1
-# without running when under 20 s of the budget are left (the stage is then recorded as SKIP).
+# run_stage ID NAME CMD...: CMD under `timeout` with the stage's own limit (LIMITS), its output appended
+# to smoke.log; sets RC (124 or 137: stopped at the limit), SECS, LIMIT and TAIL (its last lines).
+# Returns 1 without running when the limit and KILL_S do not fit in what is left of the budget (the
+# stage is then recorded as SKIP).
 run_stage() {
-  local id=$1 name=$2 max=$3
-  shift 3
+  local id=$1 name=$2
+  shift 2
   local left=$((BUDGET - (SECONDS - START)))
-  LIMIT=$((max < left ? max : left))
-  if ((LIMIT < 20)); then
-    record "$id" "$name" SKIP "time budget spent: ${left}s of ${BUDGET}s left" 0
+  LIMIT=${LIMITS[$id]}
+  if ((LIMIT + KILL_S > left)); then
+    record "$id" "$name" SKIP "time budget: needs ${LIMIT}s + ${KILL_S}s, ${left}s of ${BUDGET}s left" 0
     return 1
   fi
   local t0=$SECONDS tmp
   tmp=$(mktemp)
   echo "===== stage $id $name (timeout ${LIMIT}s): $*" >>"$LOG"
-  timeout -k 10 "$LIMIT" "$@" >"$tmp" 2>&1
+  timeout -k "$KILL_S" "$LIMIT" "$@" >"$tmp" 2>&1
   RC=$?
   SECS=$((SECONDS - t0))
   cat "$tmp" >>"$LOG"
@@ -97,14 +114,21 @@ run_stage() {
   return 0
 }
 
-# fail_reason WHAT: the reason for a failed run_stage (a timeout says so).
-fail_reason() {
-  if ((RC == 124 || RC == 137)); then echo "timed out after ${LIMIT}s"; else echo "$1, exit $RC"; fi
-}
+# fail_reason WHAT: the reason for a failed run_stage.
+fail_reason() { echo "$1, exit $RC"; }
 
-finish() {  # id name status reason: record, and on FAIL show the stage's last lines
-  record "$1" "$2" "$3" "$4" "$SECS"
-  if [[ "$3" == FAIL ]]; then
+# finish ID NAME STATUS REASON: record; a FAIL of a stage that its limit stopped is a TIMEOUT, whose
+# reason is the limit and the stage's last line. On FAIL or TIMEOUT, show the stage's last lines.
+finish() {
+  local status=$3 reason=$4
+  if [[ "$status" == FAIL ]] && ((RC == 124 || RC == 137)); then
+    status=TIMEOUT
+    local last
+    last=$(grep -v '^[[:space:]]*$' <<<"$TAIL" | tail -n 1 | cut -c1-160)
+    reason="stopped at its ${LIMIT}s limit; last line: ${last:-(none: no output yet)}"
+  fi
+  record "$1" "$2" "$status" "$reason" "$SECS"
+  if [[ "$status" == FAIL || "$status" == TIMEOUT ]]; then
     sed 's/^/    | /' <<<"$TAIL"
   fi
 }
@@ -124,7 +148,7 @@ say "device mode $DEVICE, stages:$STAGES budget ${BUDGET}s, outputs in $OUT"
 # ---- a: probe ------------------------------------------------------------------------------------
 if selected a; then
   rm -f "$OUT/probe.json"
-  if run_stage a probe 60 "$PY" benchmarks/gpu_smoke/probe.py --json "$OUT/probe.json" --label image --device "$DEVICE"; then
+  if run_stage a probe "$PY" benchmarks/gpu_smoke/probe.py --json "$OUT/probe.json" --label image --device "$DEVICE"; then
     line=$(grep '^probe image:' <<<"$TAIL" | head -1)
     if ((RC == 0)); then
       finish a probe PASS "${line#probe image: }"
@@ -147,7 +171,7 @@ if selected w; then
   if ((${#wheels[@]})); then
     what="${#wheels[@]} wheels into $SITE"
     rm -rf "$SITE"
-    if run_stage w carry 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    if run_stage w carry "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
       --upgrade --target "$SITE" "${wheels[@]}"; then
       if ((RC != 0)); then
         NO_HOST="the wheels did not install (stage w)"
@@ -165,7 +189,7 @@ if selected w; then
     done
     SECS_INSTALL=$SECS
     # (no --device: a missing GPU is stage a's finding; here only the host imports count)
-    if run_stage w carry 120 "$PY" benchmarks/gpu_smoke/probe.py --json "$OUT/probe.json" --label smoke --host; then
+    if run_stage w carry "$PY" benchmarks/gpu_smoke/probe.py --json "$OUT/probe.json" --label smoke --host; then
       SECS=$((SECS + SECS_INSTALL))
       stubs=$(json_get "$OUT/probe.json" "' '.join(m for m in ('ray', 'vllm') if d['smoke']['modules'][m].get('stand_in'))")
       what="$what; stand-ins: ${stubs:-none}"
@@ -203,7 +227,7 @@ else
     env_b=(env -u DPPO_SECOND_DEVICE)
     where="on the stand-in second device (CPU)"
   fi
-  if run_stage b discipline 120 "${env_b[@]}" "$PY" -m pytest -q -p no:cacheprovider -rs "$DISCIPLINE_TEST"; then
+  if run_stage b discipline "${env_b[@]}" "$PY" -m pytest -q -p no:cacheprovider -rs "$DISCIPLINE_TEST"; then
     counts=$(grep -E '[0-9]+ (passed|failed|error|skipped)' <<<"$TAIL" | tail -1 | sed 's/=//g; s/^ *//; s/ *$//')
     if ((RC == 0)) && [[ "$counts" == *passed* && "$counts" != *skipped* ]]; then
       finish b discipline PASS "$counts $where"
@@ -228,7 +252,7 @@ else
       --fractions 1.0 0.5)
   fi
   rm -f "$OUT/gpu_actor.json"
-  if run_stage c packing 120 "$PY" benchmarks/gpu_actor.py "${args_c[@]}" --json "$OUT/gpu_actor.json"; then
+  if run_stage c packing "$PY" benchmarks/gpu_actor.py "${args_c[@]}" --json "$OUT/gpu_actor.json"; then
     check=$(json_get "$OUT/gpu_actor.json" "'%s max|dlogp| packed %.3g, control %.3g, %s' % ('ok' if d['check']['packed_ok'] else 'NOT OK', d['check']['packed_max_abs_logp_diff'], d['check']['control_max_abs_logp_diff'], d['env']['attn'])")
     if ((RC == 0)) && [[ "$check" == ok* ]]; then
       finish c packing PASS "packed == padded: ${check#ok }"
@@ -241,16 +265,16 @@ else
 fi
 
 # ---- d, e: the actor path ------------------------------------------------------------------------
-actor_stage() {  # id name max_s json [extra args]
-  local id=$1 name=$2 max=$3 json=$4
-  shift 4
+actor_stage() {  # id name json [extra args]
+  local id=$1 name=$2 json=$3
+  shift 3
   if [[ "$DEVICE" == cuda ]]; then
     args_d=(--device cuda --size qwen3-0.6b "$@")
   else
     args_d=(--device cpu --size tiny "$@")
   fi
   rm -f "$OUT/$json"
-  run_stage "$id" "$name" "$max" "$PY" benchmarks/gpu_smoke_actor.py "${args_d[@]}" --json "$OUT/$json" || return
+  run_stage "$id" "$name" "$PY" benchmarks/gpu_smoke_actor.py "${args_d[@]}" --json "$OUT/$json" || return
   local arms failed
   arms=$(json_get "$OUT/$json" "', '.join(n + (' ok' if a['ok'] else ' FAILED ' + ','.join(k for k, v in a['checks'].items() if not v)) for n, a in d.get('arms', {}).items())")
   failed=$(json_get "$OUT/$json" "'%s in %s' % (d['error'], d['failed_phase']) if d.get('error') else ''")
@@ -270,7 +294,7 @@ if ! selected d; then
 elif why=$(needs d actor host) && [[ -n "$why" ]]; then
   record d actor SKIP "$why" 0
 else
-  actor_stage d actor 180 actor.json
+  actor_stage d actor actor.json
 fi
 
 if ! selected e; then
@@ -282,7 +306,7 @@ elif why=$(needs e fused_adam host) && [[ -n "$why" ]]; then
 elif ! command -v nvcc >/dev/null || ! command -v ninja >/dev/null; then
   record e fused_adam SKIP "no nvcc or ninja here: DeepSpeed cannot build FusedAdam" 0
 else
-  actor_stage e fused_adam 240 actor_fused.json --layers 2 --optimizer fused --arms dppo
+  actor_stage e fused_adam actor_fused.json --layers 2 --optimizer fused --arms dppo
 fi
 
 # ---- summary -------------------------------------------------------------------------------------
@@ -292,6 +316,7 @@ for r in "${RESULTS[@]}"; do
   IFS=$'\t' read -r id _ st _ _ <<<"$r"
   line+=" $id $st,"
   [[ "$st" == FAIL ]] && status=FAIL
+  [[ "$st" == TIMEOUT && "$status" != FAIL ]] && status=TIMEOUT
 done
 printf '%s\n' "${RESULTS[@]}" | "$PY" -c '
 import json, sys
@@ -302,4 +327,4 @@ json.dump({"device": sys.argv[1], "status": sys.argv[2], "budget_s": int(sys.arg
            "elapsed_s": int(sys.argv[4]), "stages": stages}, open(sys.argv[5], "w"), indent=1)
 ' "$DEVICE" "$status" "$BUDGET" "$((SECONDS - START))" "$OUT/summary.json" || say "could not write summary.json"
 say "summary:${line%,} -> $status in $((SECONDS - START))s (budget ${BUDGET}s); $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
-[[ "$status" == PASS ]]
+case "$status" in PASS) exit 0 ;; TIMEOUT) exit 3 ;; *) exit 1 ;; esac

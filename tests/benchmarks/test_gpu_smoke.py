@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_smoke.sh"
-STAGE = re.compile(r"^\[gpu_smoke\] stage (\w) (\w+)\s+(PASS|FAIL|SKIP)(?:\((.*)\))?  \[(\d+)s\]$")
+STAGE = re.compile(r"^\[gpu_smoke\] stage (\w) (\w+)\s+(PASS|FAIL|TIMEOUT|SKIP)(?:\((.*)\))?  \[(\d+)s\]$")
 
 
 def smoke(tmp: Path, **env) -> tuple[subprocess.CompletedProcess, dict]:
@@ -103,6 +103,8 @@ def test_the_packing_and_actor_stages_wrote_their_checks(cpu_run):
     for arm in arms.values():
         assert arm["checks"] and all(arm["checks"].values()), arm["checks"]
         assert arm["devices"] == ["cpu"] and arm["optimizer_steps"] == 2
+        # KL in the loss runs the weighted auxiliary loss; no entropy term (OpenRLHF compiles it per process)
+        assert "kl" in arm["status"] and "entropy_loss" not in arm["status"], sorted(arm["status"])
     # the tiny shape: 8 prompts x 4; DPPO keeps half of them, each trained once
     assert arms["grpo"]["status"]["samples/trained"] == 32.0 == arms["grpo"]["rows"]
     assert arms["dppo"]["status"]["samples/trained"] == 16.0
@@ -120,6 +122,51 @@ def test_in_cuda_mode_without_a_gpu_the_probe_fails_the_run_and_the_cuda_stages_
         )
     assert stages["w"]["reason"] == stages["b"]["reason"] == "not selected"
     assert "-> FAIL in " in done.stdout
+
+
+def _sleeper(tmp: Path) -> Path:
+    """A stage-b test file that runs for 30 s: a stage its limit has to stop."""
+    test = tmp / "sleeper" / "test_sleeps.py"
+    test.parent.mkdir()
+    test.write_text(
+        "import time\n\n\ndef test_sleeps():\n    print('sleeping', flush=True)\n    time.sleep(30)\n"
+    )
+    return test
+
+
+def test_a_stage_starts_only_with_its_whole_limit_left_else_it_is_skipped_not_failed(tmp_path):
+    """Stage b's limit is 120 s: with 25 s of budget it does not start (it used to run with what was left,
+    time out and FAIL the run)."""
+    done, stages = smoke(
+        tmp_path, GPU_SMOKE_DEVICE="cpu", GPU_SMOKE_STAGES="b", GPU_SMOKE_BUDGET_S="25",
+        GPU_SMOKE_DISCIPLINE_TEST=str(_sleeper(tmp_path)),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    b = stages["b"]
+    assert b["status"] == "SKIP" and b["seconds"] == 0, done.stdout
+    assert re.fullmatch(r"time budget: needs 120s \+ 10s, 2[45]s of 25s left", b["reason"]), b["reason"]
+    assert "-> PASS in " in done.stdout
+
+
+def test_a_stage_stopped_at_its_limit_is_a_timeout_with_its_last_line_not_a_failure(tmp_path):
+    done, stages = smoke(
+        tmp_path, GPU_SMOKE_DEVICE="cpu", GPU_SMOKE_STAGES="b", GPU_SMOKE_LIMITS="b=3",
+        GPU_SMOKE_DISCIPLINE_TEST=str(_sleeper(tmp_path)),
+    )  # fmt: skip
+    assert done.returncode == 3, done.stdout + done.stderr  # 3: a timeout and no failure
+    b = stages["b"]
+    assert b["status"] == "TIMEOUT" and b["reason"].startswith("stopped at its 3s limit; last line: "), b
+    assert 3 <= b["seconds"] <= 3 + 10 + 5  # the limit, SIGKILL 10 s later at most, and a little slack
+    assert "-> TIMEOUT in " in done.stdout
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "TIMEOUT" and summary["stages"][2]["status"] == "TIMEOUT"
+
+
+@pytest.mark.parametrize("limits", ["d=", "x=5", "d=0", "d=ten"])
+def test_bad_stage_limits_are_refused_by_name(tmp_path, limits):
+    done, _ = smoke(tmp_path, GPU_SMOKE_DEVICE="cpu", GPU_SMOKE_STAGES="none", GPU_SMOKE_LIMITS=limits)
+    assert done.returncode == 2 and "GPU_SMOKE_LIMITS takes STAGE=SECONDS items" in done.stderr, done.stderr
+    assert f"got '{limits}'" in done.stderr
 
 
 STAND_IN_CHECK = """
