@@ -41,6 +41,7 @@ from openrlhf_dppo.report.run import Run, load_run, number
 COLUMN = "vs the same budget, chosen at random"
 UNIFORM, BUDGET = "uniform selection", "GRPO at DPPO's budget"
 NO_CONTROL = "no control run"
+SHORT = {UNIFORM: "uniform", BUDGET: "GRPO budget"}  # the console summary's narrow column
 UNIFORM_POLICY = "uniform"  # the value of --dppo.prompt_policy that draws every prompt with q = 1 - r
 POLICY_KEYS = ("dppo.prompt_policy", "dppo_config.prompt_policy")  # where arm_key holds the policy
 BUDGET_TOLERANCE = 0.1  # relative distance of a control's batch size from the arm's rolled-out prompts
@@ -139,16 +140,17 @@ def _versus(arm: Arm, what: str, control: Arm) -> str:
     return f"neither reached the target ({what})"
 
 
-def versus_control(report: Report, arm: Arm) -> str:
-    """The column's cell: the arm's time to the target over its control's, per matched control."""
+def versus_control(report: Report, arm: Arm, short: bool = False) -> str:
+    """The column's cell: the arm's time to the target over its control's, per matched control;
+    ``short``: the kinds named as in ``SHORT``, for the console's summary."""
     if arm is report.baseline:
         return "baseline"
     own = kind(arm, report.baseline)
     if own is not None:
-        return f"control: {own}"
+        return f"control: {SHORT[own] if short else own}"
     if not all(s.run.algo == "dppo" for s in arm.members):
         return "not a DPPO arm"
-    found = matches(report, arm)
+    found = [(SHORT[what] if short else what, control) for what, control in matches(report, arm)]
     if not found:
         return NO_CONTROL
     if report.target is None or arm.curve is None:

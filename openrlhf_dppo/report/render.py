@@ -78,8 +78,11 @@ def render_terminal(report: Report, console=None, tables: bool = False) -> None:
     shown = all_tables(report) if tables else [summary_table(report)]
     for title, headers, rows in shown:  # Text: "[2 of 3]" is ours, not rich markup
         table = Table(title=Text(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
-        for i, header in enumerate(headers):
-            table.add_column(Text(header), justify="left" if i == 0 else "right", overflow="fold")
+        for i, header in enumerate(headers):  # the summary's short headers are never split mid-phrase
+            width = None if tables else len(header)
+            table.add_column(
+                Text(header), justify="left" if i == 0 else "right", overflow="fold", min_width=width
+            )
         for row in rows:
             table.add_row(*(Text(cell) for cell in row))
         console.print(table)

@@ -269,7 +269,7 @@ def training_eval_rows(report: Report) -> Table | None:
 def summary_table(report: Report) -> Table:
     """The console's table, one row per arm in about 100 columns: final held-out accuracy, the
     matched-accuracy ratio and the step-time speedup against its ideal (the full tables: ``all_tables``)."""
-    headers = ["arm", "seeds", "final acc", "vs baseline", "time to target", controls.COLUMN, "step speedup"]
+    headers = ["arm", "seeds", "final acc", "vs baseline", "time to target", "vs control", "step speedup"]
     rows = []
     for arm in report.arms:
         c = _comparison(report, arm)
@@ -290,11 +290,13 @@ def summary_table(report: Report) -> Table:
             speed = _speedup(c)
             if c.ideal_speedup is not None and c.step_efficiency is not None:
                 speed += f", {c.step_efficiency:.0%} of {c.ideal_speedup:.2f}x"
-        rows.append([arm.name, str(arm.n), acc, vs, ttt, controls.versus_control(report, arm), speed])
+        rows.append([arm.name, str(arm.n), acc, vs, ttt, controls.versus_control(report, arm, True), speed])
     title = (
         f"Against the baseline {report.baseline.name}: held-out accuracy ({report.heldout or 'no eval'}), "
         f"target {fmt(report.target, '.4f')}; time to target = the arm's training time over the "
-        f"baseline's, [k of n] = seeds that reached it; {controls.COLUMN}: over its control's"
+        f"baseline's, [k of n] = seeds that reached it; vs control = {controls.COLUMN}: over that of its "
+        f"control, {controls.UNIFORM} ({controls.SHORT[controls.UNIFORM]}) or {controls.BUDGET} "
+        f"({controls.SHORT[controls.BUDGET]})"
     )
     return title, headers, rows
 
