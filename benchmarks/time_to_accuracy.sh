@@ -16,6 +16,18 @@
 #            gradient (--dppo.prompt_rate_control zero-share; R_Q, 0.5, is only the first step's rate)
 #   grpo-half  GRPO with half the prompts a step (PROMPTS / 2): the batch shrink rolls out at r_q = 0.5, a
 #            control for "is it only a smaller batch?" (compare calls it not comparable: its batch differs)
+# The equal-cost controls (METHOD.md "Measuring the promise"), for any DPPO arm X above:
+#   X-uniform  X's flags plus --dppo.prompt_policy uniform (q = 1 - r for every prompt under the same rate
+#            control): an arm that differs from X in the selection alone
+#   X-budget   GRPO with X's budget: --rollout.batch_size (PROMPTS) = the round of the mean rolled-out
+#            prompts per step (prompts/rolled_out) of X's run of the same seed, read when that run has
+#            finished (python -m openrlhf_dppo.report.controls --budget RUN_DIR). Same seed, not all of
+#            X's seeds: the runs stay interleaved, and each control spends what the run it controls spent
+#            (its batch may differ by a prompt between seeds; compare matches it to X by the mean)
+# Every sitting runs them: each DPPO arm in ARMS that is not a control is followed, in every seed, by its
+# X-uniform and X-budget (with X's step count) unless ARMS names them itself (X-budget after X) or
+# CONTROLS=0 (then compare's column "vs the same budget, chosen at random" says "no control run"). The
+# recorded commands of sittings before the controls ran without them: CONTROLS=0 repeats them exactly.
 # Every DPPO arm runs train_tiny_cpu.sh with MODE=custom (its flags as written here; zero-share is what
 # --dppo.mode recommended expands to).
 # The runs are interleaved (seed 1 of every arm, then seed 2, ...), so slow drift in the machine's load
@@ -23,7 +35,10 @@
 # over seeds; training time = the sum of step times, start-up and evaluation excluded) to $OUT/report; a
 # report already there (a sitting extended with new seeds) is first moved to $OUT/report.1 (.2, ...).
 #
-#   bash benchmarks/time_to_accuracy.sh                     # SEEDS="1 2 3", ARMS="grpo shrink refill df"
+#   bash benchmarks/time_to_accuracy.sh                     # SEEDS="1 2 3", ARMS="grpo shrink refill df",
+#                                                           # each DPPO arm followed by its two controls
+#   ARMS="grpo zero-share" bash benchmarks/time_to_accuracy.sh  # grpo zero-share zero-share-uniform
+#                                                           # zero-share-budget, interleaved
 #   SEEDS="1" STEPS=50 bash benchmarks/time_to_accuracy.sh  # a quick look
 #   TASK=countdown ARMS="grpo shrink" bash benchmarks/time_to_accuracy.sh
 #   ARMS="grpo shrink:300 refill:200" bash benchmarks/time_to_accuracy.sh  # per-arm step counts
@@ -38,9 +53,10 @@
 # train_tiny_cpu.sh's default), OUT (runs/tta; countdown: runs/tta_countdown), DF_RANGE ("0.01 0.99":
 # groups whose mean score is outside are dropped and replaced; countdown's score for dynamic filtering is
 # the 0/1 solve indicator, see openrlhf_dppo/rewards/countdown.py), PYTHON (.venv/bin/python),
-# LOCK (unset; when set, each run holds this flock(1) lock file, so other heavy work on a shared machine
+# CONTROLS (1: the controls above follow every DPPO arm; 0: none is added), LOCK (unset; when set, each run holds this flock(1) lock file, so other heavy work on a shared machine
 # waits between runs, not during one), TINY (train_tiny_cpu.sh's task assets), and train_tiny_cpu.sh's
-# other settings, passed on to every arm alike: PROMPTS, SAMPLES, LR (1e-3; countdown 3e-4), LR_SCHEDULER
+# other settings, passed on to every arm alike (PROMPTS but to X-budget and grpo-half; POOL must then be a
+# number, not auto, so that every arm draws from one pool): PROMPTS, SAMPLES, LR (1e-3; countdown 3e-4), LR_SCHEDULER
 # (constant; cosine_with_min_lr decays each run over its own step count, or over SCHEDULE_STEPS when set:
 # then every arm follows one schedule, and SCHEDULE_STEPS must be >= every arm's steps), EVAL_STEPS.
 # Without grpo in ARMS (re-running some arms next to an earlier baseline) the runs are made and the
@@ -77,9 +93,27 @@ arm_env() {  # arm -> "ALGO [VAR=value ...] extra-flags...": the VAR=value words
     zero-share) echo "dppo MODE=custom R_O=0 --dppo.prompt_batch shrink --dppo.unseen_prompts mean" \
                      "--dppo.prompt_rate_control zero-share" ;;
     df) echo "grpo --algo.dynamic_filtering_enable --algo.dynamic_filtering_range ${DF_RANGE[*]}" ;;
+    *-uniform|*-budget)
+      local base=${1%-*} words
+      if ! words=$(arm_env "$base" 2> /dev/null) || [[ "$words" != dppo* ]]; then
+        echo "unknown arm '$1' (the controls -uniform and -budget follow a DPPO arm: shrink, refill," \
+          "shrink-unseen, refill-unseen, shrink-unseen-ro0, zero-share)" >&2; return 2
+      fi
+      if [[ "$1" == *-uniform ]]; then echo "$words --dppo.prompt_policy uniform"
+      else echo "grpo"; fi ;;  # PROMPTS: X's budget, read after X's run (budget_prompts)
     *) echo "unknown arm '$1' (grpo, shrink, refill, df, shrink-unseen, refill-unseen, shrink-unseen-ro0," \
-         "zero-share, grpo-half)" >&2; return 2 ;;
+         "zero-share, grpo-half, or a DPPO arm's control X-uniform, X-budget)" >&2; return 2 ;;
   esac
+}
+is_control() { [[ "$1" == *-uniform || "$1" == *-budget ]]; }
+is_dppo() { [[ "$(arm_env "$1")" == dppo* ]]; }
+budget_prompts() {  # -budget arm, seed -> its PROMPTS, from its DPPO arm's run of that seed
+  local n
+  n=$("$PY" -m openrlhf_dppo.report.controls --budget "$OUT/${1%-budget}_s$2")
+  if ! [[ "$n" =~ ^[1-9][0-9]*$ ]]; then
+    echo "arm '$1' seed $2: expected a number of prompts from $OUT/${1%-budget}_s$2, got '$n'" >&2; return 2
+  fi
+  echo "$n"
 }
 
 arm_name() { echo "${1%%:*}"; }
@@ -106,6 +140,28 @@ for spec in $ARMS; do  # an unknown arm or a bad step count stops here, before a
   arm_env "$(arm_name "$spec")" > /dev/null; n=$(arm_steps "$spec")
   if (( n > EPISODE_STEPS )); then EPISODE_STEPS=$n; fi
 done
+if ! [[ "${CONTROLS:-1}" =~ ^[01]$ ]]; then echo "CONTROLS must be 1 or 0, got '$CONTROLS'" >&2; exit 2; fi
+NAMED=" "; for spec in $ARMS; do NAMED+="$(arm_name "$spec") "; done
+LISTED=""  # ARMS with each DPPO arm's controls after it (CONTROLS=1), checked before any run
+for spec in $ARMS; do
+  arm=$(arm_name "$spec")
+  if [[ "$arm" == *-budget && "$NAMED" == *" ${arm%-budget} "* && " $LISTED " != *" ${arm%-budget} "* \
+        && " $LISTED " != *" ${arm%-budget}:"* ]]; then
+    echo "arm '$arm' must come after '${arm%-budget}' in ARMS: it reads that arm's run of the same seed" >&2; exit 2
+  fi
+  LISTED+=" $spec"
+  if [ "${CONTROLS:-1}" = 1 ] && ! is_control "$arm" && is_dppo "$arm"; then
+    steps=${spec#"$arm"}  # ":300" or empty: a control runs X's steps
+    for control in "$arm-uniform" "$arm-budget"; do
+      if [[ "$NAMED" != *" $control "* ]]; then LISTED+=" $control$steps"; fi
+    done
+  fi
+done
+ARMS=${LISTED# }
+if [[ " $ARMS" == *-budget* ]] && [ "${POOL:-}" = auto ]; then
+  echo "POOL=auto sizes each run's pool by its own PROMPTS, so a -budget arm would draw from another pool;" \
+    "set POOL to a number of prompts" >&2; exit 2
+fi
 if [ -n "${SCHEDULE_STEPS:-}" ] && { ! [[ "$SCHEDULE_STEPS" =~ ^[1-9][0-9]*$ ]] || (( SCHEDULE_STEPS < EPISODE_STEPS )); }; then
   echo "SCHEDULE_STEPS must be a step count >= the longest arm's ($EPISODE_STEPS), got '$SCHEDULE_STEPS'" >&2
   exit 2
@@ -117,6 +173,16 @@ if [ "${PRINT_CMD:-0}" = 1 ]; then  # each run's training command (train_tiny_cp
       arm=$(arm_name "$arm_spec")
       read -r -a spec <<< "$(arm_env "$arm")"
       split_spec "${spec[@]:1}"
+      if [[ "$arm" == *-budget ]]; then
+        if ! [ -f "$OUT/${arm%-budget}_s$seed/metrics.jsonl" ]; then  # not run yet: its batch is unknown
+          echo "[tta] $arm seed $seed: after ${arm%-budget} seed $seed, GRPO with PROMPTS = the round of its" \
+            "mean rolled-out prompts per step (python -m openrlhf_dppo.report.controls --budget" \
+            "$OUT/${arm%-budget}_s$seed)"
+          continue
+        fi
+        prompts=$(budget_prompts "$arm" "$seed")  # set -e: a run it cannot read stops here
+        ARM_ENV+=("PROMPTS=$prompts")
+      fi
       cmd=$(env ${ARM_ENV[@]+"${ARM_ENV[@]}"} ALGO=${spec[0]} SEED=$seed OUT="$OUT/${arm}_s${seed}" PYTHON=$PY \
         STEPS=$(arm_steps "$arm_spec") bash examples/scripts/train_tiny_cpu.sh ${ARM_FLAGS[@]+"${ARM_FLAGS[@]}"})
       # set -e: a refused run stops here
@@ -142,6 +208,11 @@ for seed in $SEEDS; do
     run="$OUT/${arm}_s${seed}"
     if [ -f "$run/status.json" ] && grep -q '"finished"' "$run/status.json"; then
       echo "[tta] $run finished earlier: kept"; continue
+    fi
+    if [[ "$arm" == *-budget ]]; then
+      prompts=$(budget_prompts "$arm" "$seed")  # set -e: a run without prompts/rolled_out stops here
+      ARM_ENV+=("PROMPTS=$prompts")
+      echo "[tta] ${arm%-budget} seed $seed rolled out $prompts prompts a step (rounded mean): $arm runs GRPO at $prompts"
     fi
     echo "[tta] $(date +%T) $TASK $arm seed $seed -> $run  (load: $(cut -d' ' -f1-3 /proc/loadavg))"
     lock=()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from openrlhf_dppo.report import controls
 from openrlhf_dppo.report.model import Arm, Comparison, Report
 
 
@@ -94,6 +95,8 @@ def headline(report: Report) -> list[str]:
             parts.append(_accuracy(c) + ";")
             if report.target is not None:
                 parts.append(_time_to_target(c, report.target) + ";")
+                if all(s.run.algo == "dppo" for s in c.other.members):  # a control says it is one
+                    parts.append(f"{controls.COLUMN}: {controls.versus_control(report, c.other)};")
         else:
             missing = " and ".join(a.name for a in (c.other, c.baseline) if not a.measured)
             parts.append(f"no smoothed held-out value in {missing}: time to accuracy not measured;")

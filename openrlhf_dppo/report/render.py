@@ -34,6 +34,11 @@ METHOD_NOTES = """\
   ("k of n"), never dropped; a curve at the target from its first smoothed point has no crossing, only
   a bound (warned for every arm). Target: {target} ({target_source}).
 - **Matched-accuracy ratio** = an arm's training time to the target / the baseline's (below 1: faster).
+- **Vs the same budget, chosen at random** = a DPPO arm's training time to the target / that of its
+  control, an arm that spends its budget at random (`openrlhf_dppo/report/controls.py`): uniform
+  selection (`--dppo.prompt_policy uniform`, its flags otherwise) or GRPO at DPPO's budget (GRPO with a
+  `--rollout.batch_size` within 10% of the arm's mean rolled-out prompts per step, the nearest of
+  several); "no control run" where the report has none.
 - **Step-time speedup** = mean over the baseline's seeds of the median `timing/step_total` / the same
   for the arm (medians over the steps after the first {warmup} warm-up step(s)).
 - **Ideal speedup** = 1 / (g (f + (1 - f)(1 - r_o))), the limit of pruning alone
@@ -73,8 +78,11 @@ def render_terminal(report: Report, console=None, tables: bool = False) -> None:
     shown = all_tables(report) if tables else [summary_table(report)]
     for title, headers, rows in shown:  # Text: "[2 of 3]" is ours, not rich markup
         table = Table(title=Text(title), title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
-        for i, header in enumerate(headers):
-            table.add_column(Text(header), justify="left" if i == 0 else "right", overflow="fold")
+        for i, header in enumerate(headers):  # the summary's short headers are never split mid-phrase
+            width = None if tables else len(header)
+            table.add_column(
+                Text(header), justify="left" if i == 0 else "right", overflow="fold", min_width=width
+            )
         for row in rows:
             table.add_row(*(Text(cell) for cell in row))
         console.print(table)

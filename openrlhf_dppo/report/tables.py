@@ -4,6 +4,7 @@ terminal) and ``markdown`` (report.md) alike, so both always show the same numbe
 from __future__ import annotations
 
 from openrlhf_dppo import run_dir as R
+from openrlhf_dppo.report import controls
 from openrlhf_dppo.report.curves import Spread
 from openrlhf_dppo.report.model import Arm, Comparison, Report
 from openrlhf_dppo.report.summary import RunSummary, eval_table, phase_label
@@ -57,6 +58,7 @@ def heldout_table(report: Report) -> Table | None:
     headers += [
         "matched-accuracy ratio",
         "ratio vs seed spread",
+        controls.COLUMN,
         "median step (s)",
         "step-time speedup",
         "start-up (s)",
@@ -98,6 +100,7 @@ def heldout_table(report: Report) -> Table | None:
                 fmt_spread(arm.ttt_seeds, ".1f", counted=True),
                 "baseline" if c is None else ratio,
                 ttt_noise,
+                controls.versus_control(report, arm),
             ]
             + [fmt_spread(arm.spread("step_time"), ".3f"), "baseline" if c is None else _speedup(c)]
             + [fmt_spread(arm.spread("startup"), ".1f"), fmt_spread(arm.spread("eval_time"), ".1f")]
@@ -105,7 +108,10 @@ def heldout_table(report: Report) -> Table | None:
     target = fmt(report.target, ".4f")
     title = (
         f"Held-out accuracy ({report.heldout or 'no eval'}) against training time: target {target} = "
-        f"{report.target_source}; mean ± sd (min–max) over seeds, [k of n] = seeds that reached it"
+        f"{report.target_source}; mean ± sd (min–max) over seeds, [k of n] = seeds that reached it; "
+        f"{controls.COLUMN} = the arm's time to target over that of its control of the same cost: "
+        f"{controls.UNIFORM} (--dppo.prompt_policy {controls.UNIFORM_POLICY}) or {controls.BUDGET} (a "
+        "smaller --rollout.batch_size)"
     )
     return title, headers, rows
 
@@ -263,7 +269,7 @@ def training_eval_rows(report: Report) -> Table | None:
 def summary_table(report: Report) -> Table:
     """The console's table, one row per arm in about 100 columns: final held-out accuracy, the
     matched-accuracy ratio and the step-time speedup against its ideal (the full tables: ``all_tables``)."""
-    headers = ["arm", "seeds", "final acc", "vs baseline", "time to target", "step speedup"]
+    headers = ["arm", "seeds", "final acc", "vs baseline", "time to target", "vs control", "step speedup"]
     rows = []
     for arm in report.arms:
         c = _comparison(report, arm)
@@ -284,11 +290,13 @@ def summary_table(report: Report) -> Table:
             speed = _speedup(c)
             if c.ideal_speedup is not None and c.step_efficiency is not None:
                 speed += f", {c.step_efficiency:.0%} of {c.ideal_speedup:.2f}x"
-        rows.append([arm.name, str(arm.n), acc, vs, ttt, speed])
+        rows.append([arm.name, str(arm.n), acc, vs, ttt, controls.versus_control(report, arm, True), speed])
     title = (
         f"Against the baseline {report.baseline.name}: held-out accuracy ({report.heldout or 'no eval'}), "
         f"target {fmt(report.target, '.4f')}; time to target = the arm's training time over the "
-        "baseline's, [k of n] = seeds that reached it"
+        f"baseline's, [k of n] = seeds that reached it; vs control = {controls.COLUMN}: over that of its "
+        f"control, {controls.UNIFORM} ({controls.SHORT[controls.UNIFORM]}) or {controls.BUDGET} "
+        f"({controls.SHORT[controls.BUDGET]})"
     )
     return title, headers, rows
 

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "benchmarks", "time_to_accuracy.sh")
@@ -19,6 +21,8 @@ def run(print_cmd: bool = True, **env: str) -> subprocess.CompletedProcess:
         if k
         not in (
             "PRINT_CMD",
+            "CONTROLS",
+            "POOL",
             "LOCK",
             "TASK",
             "SEEDS",
@@ -39,14 +43,23 @@ def run(print_cmd: bool = True, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", SCRIPT], env=full, capture_output=True, text=True)
 
 
-def commands(**env: str) -> list[tuple[str, str, list[str]]]:
-    """(arm, seed, command) per run, in the order the script would run them."""
+PENDING = "after "  # a -budget arm whose DPPO run is not there yet: no command, what it will read
+
+
+def commands(pending: bool = False, **env: str) -> list[tuple[str, str, list[str]]]:
+    """(arm, seed, command) per run, in the order the script would run them; ``pending``: also the
+    -budget arms whose batch is not known yet, with the command [] (left out otherwise)."""
     res = run(**env)
     assert res.returncode == 0, res.stderr
     out = []
     for line in res.stdout.splitlines():
         head, cmd = line.split(": ", 1)
         _, arm, _, seed = head.split()
+        if cmd.startswith(PENDING):
+            assert arm.endswith("-budget"), line
+            if pending:
+                out.append((arm, seed, []))
+            continue
         out.append((arm, seed, shlex.split(cmd)))
     return out
 
@@ -56,18 +69,29 @@ def value(cmd: list[str], flag: str) -> str:
 
 
 def test_every_arm_of_every_seed_runs_interleaved_on_the_chosen_task():
-    runs = commands(TASK="countdown", SEEDS="1 2", ARMS="grpo shrink refill df")
-    assert [(arm, seed) for arm, seed, _ in runs] == [
-        (arm, seed) for seed in ("1", "2") for arm in ("grpo", "shrink", "refill", "df")
-    ]
+    runs = commands(pending=True, TASK="countdown", SEEDS="1 2", ARMS="grpo shrink refill df")
+    # each DPPO arm is followed by its two equal-cost controls
+    arms = (
+        "grpo",
+        "shrink",
+        "shrink-uniform",
+        "shrink-budget",
+        "refill",
+        "refill-uniform",
+        "refill-budget",
+        "df",
+    )
+    assert [(arm, seed) for arm, seed, _ in runs] == [(arm, seed) for seed in ("1", "2") for arm in arms]
     for arm, seed, cmd in runs:
+        if not cmd:  # a -budget arm: its batch is read from its DPPO run, which has not run
+            continue
         assert value(cmd, "--reward.remote_url") == "openrlhf_dppo/rewards/countdown.py"
         assert value(cmd, "--eval.dataset") == ".cache/tiny-countdown/data/eval.jsonl"
         assert value(cmd, "--ckpt.output_dir") == f"runs/tta_countdown/{arm}_s{seed}"
         assert value(cmd, "--train.seed") == seed
-        assert value(cmd, "--dppo.enable") == ("true" if arm in ("shrink", "refill") else "false")
-        if arm in ("shrink", "refill"):
-            assert value(cmd, "--dppo.prompt_batch") == arm
+        assert value(cmd, "--dppo.enable") == ("true" if arm not in ("grpo", "df") else "false")
+        if arm not in ("grpo", "df"):
+            assert value(cmd, "--dppo.prompt_batch") == arm.split("-")[0]
         assert ("--algo.dynamic_filtering_enable" in cmd) == (arm == "df")
 
 
@@ -95,12 +119,16 @@ def test_an_arm_can_have_its_own_step_count():
     assert [(arm, value(cmd, "--dppo.max_steps")) for arm, _, cmd in runs] == [
         ("grpo", "120"),
         ("shrink", "300"),
+        ("shrink-uniform", "300"),  # a control runs its DPPO arm's steps
         ("refill", "200"),
+        ("refill-uniform", "200"),
     ]
     assert [value(cmd, "--ckpt.output_dir") for _, _, cmd in runs] == [
         "runs/tta/grpo_s1",
         "runs/tta/shrink_s1",
+        "runs/tta/shrink-uniform_s1",
         "runs/tta/refill_s1",
+        "runs/tta/refill-uniform_s1",
     ]
     assert len({value(cmd, "--train.num_episodes") for _, _, cmd in runs}) == 1  # sized for the longest arm
     res = run(ARMS="grpo shrink:lots")
@@ -113,17 +141,18 @@ def test_one_lr_schedule_for_every_arm_lets_a_slow_arm_be_cut_short():
         (arm, value(cmd, "--dppo.max_steps"), value(cmd, "--dppo.schedule_steps")) for arm, _, cmd in runs
     ] == [
         ("zero-share", "300", "300"),
+        ("zero-share-uniform", "300", "300"),
         ("df", "100", "300"),
     ]
     unset = commands(SEEDS="1", ARMS="zero-share:300 df:100")  # each run's own steps, as before
-    assert [value(cmd, "--dppo.schedule_steps") for _, _, cmd in unset] == ["300", "100"]
+    assert [value(cmd, "--dppo.schedule_steps") for _, _, cmd in unset] == ["300", "300", "100"]
     res = run(ARMS="zero-share:300 df:100", SCHEDULE_STEPS="200")
     assert res.returncode == 2 and res.stdout == ""
     assert "SCHEDULE_STEPS must be a step count >= the longest arm's (300), got '200'" in res.stderr
 
 
 def test_the_unseen_arms_add_the_mean_rule_to_their_prompt_batch_mode():
-    runs = commands(SEEDS="1", ARMS="shrink-unseen refill-unseen refill")
+    runs = commands(SEEDS="1", ARMS="shrink-unseen refill-unseen refill", CONTROLS="0")
     flags = {
         arm: (value(cmd, "--dppo.prompt_batch"), cmd.count("--dppo.unseen_prompts")) for arm, _, cmd in runs
     }
@@ -182,11 +211,18 @@ FAKE_PYTHON = """#!/usr/bin/env bash
 # closing compare's report.md as the sitting's FAKE_SITTING
 case "$2" in
   openrlhf_dppo.precision) echo bf16 ;;
+  openrlhf_dppo.report.controls) echo "${FAKE_BUDGET:-}" ;;  # a -budget arm's PROMPTS
   openrlhf_dppo.cli.train_dppo_ray)
-    while [ $# -gt 0 ]; do if [ "$1" = --ckpt.output_dir ]; then dir=$2; fi; shift; done
+    while [ $# -gt 0 ]; do
+      if [ "$1" = --ckpt.output_dir ]; then dir=$2; fi
+      if [ "$1" = --rollout.batch_size ]; then batch=$2; fi
+      shift
+    done
     echo "$dir" >> "$FAKE_LOG"
+    echo "$(basename "$dir") $batch" >> "$FAKE_LOG.batch"
     if [ "${FAKE_STOP:-0}" = 1 ]; then touch "$OUT_ROOT/STOP"; fi ;;
   openrlhf_dppo.cli.main)
+    echo "$@" > "$FAKE_LOG.compare"
     while [ $# -gt 0 ]; do if [ "$1" = --out ]; then dir=$2; fi; shift; done
     mkdir -p "$dir" && echo "${FAKE_SITTING:-}" > "$dir/report.md" ;;
 esac
@@ -201,9 +237,12 @@ def sitting(
     seeds: str = "1 2 3",
     name: str = "",
     arms: str = "grpo shrink-unseen-ro0",
+    controls: str = "0",
+    budget: str = "",
 ) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Runs the script's real loop over the seeds x 2 arms with a stand-in python (no training); a later
-    call with the same tmp_path extends the same OUT."""
+    call with the same tmp_path extends the same OUT. ``controls``: CONTROLS (0: the arms as named);
+    ``budget``: what the stand-in answers for a -budget arm's PROMPTS."""
     tiny, out, calls = tmp_path / "tiny", tmp_path / "out", tmp_path / "calls.log"
     (tiny / "data").mkdir(parents=True, exist_ok=True)
     (tiny / "data" / "train.jsonl").write_text("{}\n" * 2000)
@@ -216,7 +255,8 @@ def sitting(
     fake.chmod(0o755)
     res = run(
         print_cmd=False, PYTHON=str(fake), TINY=str(tiny), OUT=str(out), OUT_ROOT=str(out), FAKE_LOG=str(calls),
-        FAKE_STOP="1" if stop else "0", SEEDS=seeds, ARMS=arms, FAKE_SITTING=name,
+        FAKE_STOP="1" if stop else "0", SEEDS=seeds, ARMS=arms, FAKE_SITTING=name, CONTROLS=controls,
+        FAKE_BUDGET=budget,
     )  # fmt: skip
     return res, calls.read_text().split()
 
@@ -276,3 +316,102 @@ def test_without_a_grpo_arm_the_printed_commands_keep_an_earlier_report(tmp_path
     assert mv.split("#")[0].split() == ["mv", f"{out}/report", f"{out}/report.2"]  # the sitting's own naming
     assert compare.endswith(compare_to)
     assert (out / "report").is_dir() and not (out / "report.2").exists()  # printed, not done
+
+
+def test_a_dppo_arms_uniform_control_is_its_command_plus_the_uniform_prompt_policy():
+    runs = {arm: cmd for arm, _, cmd in commands(SEEDS="2", ARMS="grpo zero-share shrink-unseen-ro0:200")}
+    assert set(runs) == {
+        "grpo",
+        "zero-share",
+        "zero-share-uniform",
+        "shrink-unseen-ro0",
+        "shrink-unseen-ro0-uniform",
+    }
+    for arm in ("zero-share", "shrink-unseen-ro0"):
+        own, uniform = runs[arm], runs[f"{arm}-uniform"]
+        assert value(uniform, "--ckpt.output_dir") == f"runs/tta/{arm}-uniform_s2"
+        renamed = [w.replace(f"/{arm}_s2", f"/{arm}-uniform_s2") for w in own]  # its run directory's paths
+        assert uniform == renamed + ["--dppo.prompt_policy", "uniform"]
+    assert "--dppo.prompt_policy" not in runs["grpo"] + runs["zero-share"]
+
+
+def test_the_budget_control_is_grpo_at_the_rounded_mean_of_its_dppo_runs_rolled_out_prompts(tmp_path):
+    out = tmp_path / "out"
+    for seed, rolled_out in ((1, [20, 21, 21, 21]), (2, [30, 31])):  # 20.75 -> 21, 30.5 -> 31 (half up)
+        rundir = out / f"zero-share_s{seed}"
+        rundir.mkdir(parents=True)
+        (rundir / "run_config.json").write_text(json.dumps({"args": {}, "algo": "dppo"}))
+        lines = [{"kind": "train", "step": i + 1, "prompts/rolled_out": n} for i, n in enumerate(rolled_out)]
+        (rundir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    env = dict(PYTHON=sys.executable, PYTHONPATH=ROOT, OUT=str(out), SEEDS="1 2 3", ARMS="grpo zero-share")
+    runs = commands(pending=True, **env)
+    budget = [(seed, cmd) for arm, seed, cmd in runs if arm == "zero-share-budget"]
+    assert [seed for seed, _ in budget] == ["1", "2", "3"]
+    (_, one), (_, two), (_, three) = budget
+    assert value(one, "--rollout.batch_size") == "21" and value(one, "--train.batch_size") == str(21 * 8)
+    assert value(two, "--rollout.batch_size") == "31" and three == []  # seed 3's DPPO run is not there yet
+    grpo = next(cmd for arm, seed, cmd in runs if (arm, seed) == ("grpo", "1"))
+    assert value(one, "--dppo.enable") == "false" and value(one, "--dppo.max_steps") == value(
+        grpo, "--dppo.max_steps"
+    )
+    assert value(one, "--actor.adam.lr") == value(grpo, "--actor.adam.lr")
+    assert value(one, "--data.prompt_dataset") == value(grpo, "--data.prompt_dataset")  # one pool
+    (out / "zero-share_s3").mkdir()  # a run that logged no step: its budget is unknown, nothing runs
+    (out / "zero-share_s3" / "run_config.json").write_text("{}")
+    (out / "zero-share_s3" / "metrics.jsonl").write_text("")
+    res = run(**env)
+    assert res.returncode != 0 and "prompts/rolled_out" in res.stderr
+
+
+def test_a_sitting_runs_the_controls_interleaved_and_compares_them(tmp_path):
+    res, runs = sitting(tmp_path, stop=False, seeds="1 2", arms="grpo zero-share", controls="1", budget="17")
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "out"
+    arms = ("grpo", "zero-share", "zero-share-uniform", "zero-share-budget")
+    assert runs == [str(out / f"{arm}_s{seed}") for seed in (1, 2) for arm in arms]
+    batches = dict(line.split() for line in (tmp_path / "calls.log.batch").read_text().splitlines())
+    assert batches["zero-share-budget_s1"] == batches["zero-share-budget_s2"] == "17"
+    assert batches["grpo_s1"] == batches["zero-share-uniform_s2"] == "64"
+    assert "zero-share seed 1 rolled out 17 prompts a step" in res.stdout
+    compare = (tmp_path / "calls.log.compare").read_text().split()
+    assert [compare[i + 1] for i, w in enumerate(compare) if w == "--arm"] == [
+        f"{arm}={out}/{arm}_s*" for arm in arms
+    ]
+
+
+def test_a_budget_reading_that_is_not_a_prompt_count_stops_the_sitting(tmp_path):
+    res, runs = sitting(tmp_path, stop=False, seeds="1", arms="grpo zero-share", controls="1", budget="")
+    assert (
+        res.returncode != 0 and "arm 'zero-share-budget' seed 1: expected a number of prompts" in res.stderr
+    )
+    assert runs == [
+        str(tmp_path / "out" / f"{arm}_s1") for arm in ("grpo", "zero-share", "zero-share-uniform")
+    ]
+
+
+def test_controls_can_be_named_or_left_out_and_bad_ones_are_refused_before_any_run():
+    named = commands(pending=True, SEEDS="1", ARMS="grpo zero-share-uniform zero-share zero-share-budget")
+    assert [arm for arm, _, _ in named] == ["grpo", "zero-share-uniform", "zero-share", "zero-share-budget"]
+    assert [arm for arm, _, _ in commands(pending=True, SEEDS="1", ARMS="grpo zero-share", CONTROLS="0")] == [
+        "grpo", "zero-share",
+    ]  # fmt: skip
+    assert [arm for arm, _, _ in commands(pending=True, SEEDS="1", ARMS="grpo grpo-half df")] == [
+        "grpo",
+        "grpo-half",
+        "df",
+    ]  # fmt: skip: no DPPO arm, no control
+    for env, message in (
+        (
+            {"ARMS": "grpo zero-share-budget zero-share"},
+            "arm 'zero-share-budget' must come after 'zero-share'",
+        ),
+        (
+            {"ARMS": "grpo df-uniform"},
+            "unknown arm 'df-uniform' (the controls -uniform and -budget follow a DPPO arm",
+        ),
+        ({"ARMS": "grpo zero-share", "CONTROLS": "yes"}, "CONTROLS must be 1 or 0, got 'yes'"),
+        ({"ARMS": "grpo zero-share", "POOL": "auto"}, "set POOL to a number of prompts"),
+    ):
+        res = run(**env)
+        assert res.returncode == 2 and message in res.stderr and res.stdout == "", (env, res.stderr)
+    assert commands(SEEDS="1", ARMS="grpo zero-share", POOL="auto", CONTROLS="0")  # no -budget arm: allowed

@@ -12,7 +12,9 @@ RESULTS = (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
 
 
 def _words(text: str) -> int:
-    return len(text.split())  # as `wc -w` counts
+    """Words as `wc -w` counts them, less markdown's table and list markup (tokens of only |, - and :),
+    so that a table's column costs its header and cells, not its pipes."""
+    return len([w for w in text.split() if w.strip("|-:")])
 
 
 def _table_rows(text: str) -> list[list[str]]:
@@ -21,6 +23,11 @@ def _table_rows(text: str) -> list[list[str]]:
     rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
     assert len(rows) > 2 and set(lines[1]) <= set("|-"), text
     return rows[2:]
+
+
+def _table_header(text: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith("|"))
+    return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
 def _current_results() -> str:
@@ -76,3 +83,19 @@ def test_the_table_check_fails_on_a_changed_figure():
     block = re.search(r"<!-- current-results -->\n(.*?)<!-- /current-results -->", README, re.S).group(1)
     results = [row[:-1] for row in _table_rows(_current_results())]
     assert results != _table_rows(block.replace("0.56x", "0.50x", 1))
+
+
+CONTROL = "vs the same budget, chosen at random"  # the equal-cost control's column (report.controls)
+
+
+def test_every_current_result_says_how_it_fares_against_the_equal_cost_control():
+    for text in (
+        _current_results(),
+        re.search(r"<!-- current-results -->\n(.*?)<!--", README, re.S).group(1),
+    ):
+        header = _table_header(text)
+        assert CONTROL in header, header
+        for row in _table_rows(text):
+            cell = row[header.index(CONTROL)]
+            # a ratio over the control's time, a control that did not reach the target, or no control run
+            assert re.fullmatch(r"\d+\.\d+x.*|control not reached.*|not run", cell), row
