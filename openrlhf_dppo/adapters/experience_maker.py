@@ -132,7 +132,10 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
             rewards = torch.cat([rewards, self._shaped_rewards(ctx.filtered).to(rewards.dtype)])
             tokens += [response_tokens(s) for s in ctx.filtered]
         self.history.update(
-            torch.tensor(index, dtype=torch.int64), rewards, ctx.step, torch.tensor(tokens).reshape(rewards.shape)
+            torch.tensor(index, dtype=torch.int64),
+            rewards,
+            ctx.step,
+            torch.tensor(tokens).reshape(rewards.shape),
         )
 
     def _completion_draw(self, adv_flat: torch.Tensor, prompt_weight: torch.Tensor, dp: int, step: int):

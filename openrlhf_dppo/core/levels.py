@@ -86,7 +86,9 @@ def prune_prompts(
     inclusion probability of that never-empty design."""
     if isinstance(scores, PromptSignals):
         if unseen_score is not None:
-            raise ValueError("unseen_score is for scores alone; PromptSignals carry the unseen prompts' values")
+            raise ValueError(
+                "unseen_score is for scores alone; PromptSignals carry the unseen prompts' values"
+            )
         signals = scores
     else:
         signals = PromptSignals.of_scores(scores, unseen_score)

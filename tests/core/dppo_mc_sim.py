@@ -61,7 +61,6 @@ class Toy:
         grads = -(adv + self.beta)[..., None] * (onehot - self.pi[None, :, None, :])
         return (adv, grads, rewards) if with_rewards else (adv, grads)
 
-
     def past_rollouts(self, rounds: int, seed: int):
         """Earlier steps' groups of every prompt: rewards (rounds, B, G) and response token counts
         (rounds, B, G), prompt j's completions (j + 1) x (1 + y) tokens long (the costs differ)."""

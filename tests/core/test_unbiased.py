@@ -131,7 +131,9 @@ def test_a_prompt_policy_fed_the_steps_own_rewards_is_detected_as_biased(policy)
     honest = (torch.where(mask, 1.0 / q_used, 0.0)[..., None] * per_prompt).sum(dim=1) / (toy.B * toy.G)
     past.update(index, rewards.reshape(n * toy.B, toy.G), 99)  # the step's own rewards (lengths unchanged)
     after = past.signals(index, toy.G, toy.estimator)
-    q_leak, _ = prompt_policy_keep_probs(PromptSignals(*(x.reshape(n, toy.B) for x in after)), 0.5, policy, 0.05)
+    q_leak, _ = prompt_policy_keep_probs(
+        PromptSignals(*(x.reshape(n, toy.B) for x in after)), 0.5, policy, 0.05
+    )
     leaky = (torch.where(mask, 1.0 / q_leak, 0.0)[..., None] * per_prompt).sum(dim=1) / (toy.B * toy.G)
 
     def z(d):

@@ -13,7 +13,9 @@ import torch
 from openrlhf_dppo.core.clipped_scale import solve_clipped_scale
 
 NAME = "proportional"
-HELP = "q = clip(c s, q_min, 1) over the history's score s, at an expected kept count keep_frac B; the default"
+HELP = (
+    "q = clip(c s, q_min, 1) over the history's score s, at an expected kept count keep_frac B; the default"
+)
 
 
 def keep_probs(sig, valid: torch.Tensor, q_min: float, keep_frac: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,7 +15,9 @@ import torch
 from openrlhf_dppo.core.clipped_scale import solve_clipped_scale
 
 NAME = "uniform"
-HELP = "q = keep_frac for every prompt whatever its history; the equal-cost control, a smaller batch at random"
+HELP = (
+    "q = keep_frac for every prompt whatever its history; the equal-cost control, a smaller batch at random"
+)
 
 
 def keep_probs(sig, valid: torch.Tensor, q_min: float, keep_frac: float) -> tuple[torch.Tensor, torch.Tensor]:
