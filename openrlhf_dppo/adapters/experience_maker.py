@@ -119,14 +119,24 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         apply_length_penalties(samples, self.args)
         return torch.cat([s.rewards for s in samples]).reshape(-1, self.args.rollout.n_samples_per_prompt)
 
-    def _update_history(self, ctx: StepContext, draws: list[PromptDraw], rewards: torch.Tensor) -> None:
-        """Every rolled-out group's (shaped) rewards, those dynamic filtering dropped included: the
-        history must learn that an always-solved prompt is uninformative, whether or not it was kept."""
+    def _update_history(
+        self, ctx: StepContext, draws: list[PromptDraw], rewards: torch.Tensor, samples
+    ) -> None:
+        """Every rolled-out group's (shaped) rewards and response token counts (the prompt's cost), those
+        dynamic filtering dropped included: the history must learn that an always-solved prompt is
+        uninformative, whether or not it was kept."""
         index = [d.index for d in draws]
+        tokens = [response_tokens(s) for s in samples]
         if ctx.filtered:
             index += [d.index for d in self._groups(ctx, ctx.filtered)]
             rewards = torch.cat([rewards, self._shaped_rewards(ctx.filtered).to(rewards.dtype)])
-        self.history.update(torch.tensor(index, dtype=torch.int64), rewards, ctx.step)
+            tokens += [response_tokens(s) for s in ctx.filtered]
+        self.history.update(
+            torch.tensor(index, dtype=torch.int64),
+            rewards,
+            ctx.step,
+            torch.tensor(tokens).reshape(rewards.shape),
+        )
 
     def _completion_draw(self, adv_flat: torch.Tensor, prompt_weight: torch.Tensor, dp: int, step: int):
         """core.prune_completions with this run's settings (seed stream: the step): (Draw, metrics)."""
@@ -164,7 +174,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         draws = self._groups(ctx, rollout_samples)
         rewards = self._shaped_rewards(rollout_samples)
         adv = group_advantages(rewards, args.algo.advantage.estimator)
-        self._update_history(ctx, draws, rewards)
+        self._update_history(ctx, draws, rewards, rollout_samples)
 
         adv_flat = adv.reshape(-1)
         q = torch.tensor([d.q for d in draws], dtype=torch.float64)

@@ -15,9 +15,10 @@ Seams (``OpenRLHF SamplesGenerator``):
     history knows the prompts, up to floor(B / (1 - r_q)) before), with that draw's normalisers. The draw:
     1. takes the step's prompt batch from the dataloader (B = ``--rollout.batch_size`` prompts with
        ``shrink``; floor(B / (1 - r_q)) with ``refill``, so that about B are rolled out),
-    2. scores them with the prompt history (keyed by dataset index: the dataloader yields prompt text,
-       mapped back to its index once from the ``PromptDataset``; identical texts share one entry),
-    3. draws the keep mask with ``core.prune_prompts`` (q from the scores, seeded per draw, at the rate
+    2. reads what the prompt history knows of them (``PromptHistory.signals``: score, E[v], cost; keyed by
+       dataset index: the dataloader yields prompt text, mapped back to its index once from the
+       ``PromptDataset``; identical texts share one entry),
+    3. draws the keep mask with ``core.prune_prompts`` (q from ``--dppo.prompt_policy``, seeded per draw, at the rate
        of ``rate_control``, a ``core.PromptRateControl``: ``--dppo.prompt_prune_rate``, or under
        ``--dppo.prompt_rate_control zero-share`` the all-equal share the trainer fed it from earlier steps;
        at rate 0 every q is 1). The draw never keeps nothing: OpenRLHF's loop
@@ -134,17 +135,16 @@ class DPPOSamplesGenerator(SamplesGenerator):
             return [], 0, True
         index = torch.tensor([self.prompt_index[p] for p in prompts], dtype=torch.int64)
         G = self.args.rollout.n_samples_per_prompt
-        scores = self.history.score(index, group_size=G)
         cfg = self.dppo
-        unseen_score = self.history.mean_seen_score(G) if cfg.unseen_prompts == "mean" else None
+        signals = self.history.signals(index, G, self.args.algo.advantage.estimator, cfg.unseen_prompts)
         rate = self.rate_control.rate()  # from earlier steps only: fixed before this rollout
         draw, metrics = prune_prompts(
-            scores,
+            signals,
             1.0 - rate,
             cfg.q_min,
             cfg.sampling,
             step_generator(cfg.seed, self.draws, 0),
-            unseen_score=unseen_score,
+            policy=cfg.prompt_policy,
         )
         self.draws += 1
         kept = draw.mask.nonzero().flatten().tolist()

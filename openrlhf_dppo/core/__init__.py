@@ -5,8 +5,11 @@ not public; METHOD.md is the specification):
 1. Group advantages on the full group, OpenRLHF 0.11.2's formulas (``advantages``); REINFORCE++-baseline's
    token-level batch whitening estimated from the kept completions by Horvitz-Thompson ratios
    (``token_whitening``: consistent, not exactly unbiased, as the token-mean ``ht`` normaliser).
-2. Prompt pruning before rollout with q = clip(c * score, q_min, 1), score from a per-prompt history
-   (``history``, ``keep_probs``); unseen prompts always kept.
+2. Prompt pruning before rollout, keep probabilities from a policy of ``PROMPT_POLICIES`` (one module
+   per policy in ``prompt_policies/``) over what a per-prompt history knows (``history.PromptSignals``):
+   ``proportional`` q = clip(c * score, q_min, 1) (the default), ``sqrt`` the variance-optimal rule at a
+   fixed expected cost (beyond the paper), ``uniform`` the equal-cost control; unseen prompts kept
+   (q = 1) or scored like an average seen one.
 3. Completion pruning after reward, keep probabilities from a policy of ``COMPLETION_POLICIES`` (one
    module per policy in ``policies/``, whose docstring says where it departs from the paper), then a
    draw from a design of ``SAMPLING_DESIGNS`` (``sampling``; fixed-size designs keep an exact count).
@@ -28,11 +31,13 @@ Imports torch and numpy only: never the adapters or the host (OpenRLHF, Ray, Dee
 
 from openrlhf_dppo.core.advantages import BATCH_WHITENED, ESTIMATORS, group_advantages, token_whitening
 from openrlhf_dppo.core.config import DPPOConfig
-from openrlhf_dppo.core.history import REWARD_KINDS, PromptHistory
+from openrlhf_dppo.core.history import REWARD_KINDS, PromptHistory, PromptSignals
 from openrlhf_dppo.core.keep_probs import (
     COMPLETION_POLICIES,
+    PROMPT_POLICIES,
     completion_keep_probs,
     prompt_keep_probs,
+    prompt_policy_keep_probs,
     solve_clipped_scale,
 )
 from openrlhf_dppo.core.levels import Draw, prune_completions, prune_prompts
@@ -69,6 +74,7 @@ __all__ = [
     "FIXED_SIZE_HELD",
     "FIXED_SIZE_NOT_MULTIPLE",
     "PACKERS",
+    "PROMPT_POLICIES",
     "RATE_CONTROLS",
     "REQUIRED_KEYS",
     "REWARD_KINDS",
@@ -79,6 +85,7 @@ __all__ = [
     "PackPlan",
     "PromptHistory",
     "PromptRateControl",
+    "PromptSignals",
     "Registry",
     "combine_weights",
     "completion_keep_probs",
@@ -91,6 +98,7 @@ __all__ = [
     "micro_batch_capacity",
     "pack",
     "prompt_keep_probs",
+    "prompt_policy_keep_probs",
     "prune_completions",
     "prune_prompts",
     "reward_stats",

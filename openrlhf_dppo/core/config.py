@@ -14,8 +14,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from openrlhf_dppo.core.history import REWARD_KINDS
-from openrlhf_dppo.core.keep_probs import COMPLETION_POLICIES
+from openrlhf_dppo.core.history import REWARD_KINDS, UNSEEN_RULES
+from openrlhf_dppo.core.keep_probs import COMPLETION_POLICIES, PROMPT_POLICIES
 from openrlhf_dppo.core.packing import PACKERS
 from openrlhf_dppo.core.rate_control import RATE_CONTROLS
 from openrlhf_dppo.core.sampling import SAMPLING_DESIGNS
@@ -23,7 +23,7 @@ from openrlhf_dppo.core.weights import TOKEN_NORMALIZERS
 
 PROMPT_BATCH_MODES = ("shrink", "refill")
 SHORT_BATCH_RULES = ("drop", "train")
-UNSEEN_PROMPT_RULES = ("keep", "mean")
+UNSEEN_PROMPT_RULES = UNSEEN_RULES  # PromptHistory.signals' unseen rules
 #: --dppo.mode: a name for a set of flags. ``custom``: the flags as given; a preset stands for the flags below,
 #: which the command line expands in front of the user's own (``cli.flags.expand_mode``: a flag given on the
 #: command line wins), so run_config.json's argv records them.
@@ -102,6 +102,13 @@ class DPPOConfig:
         "--dppo.prompt_prune_rate until a step was measured (still unbiased: fixed before the rollout; "
         "needs --dppo.prompt_batch shrink)",
         choices=RATE_CONTROLS,
+    )
+    prompt_policy: str = option(
+        "proportional",
+        "prompt keep probabilities, one policy per module of core/prompt_policies/ (every policy spends the "
+        "rate --dppo.prompt_rate_control sets and is drawn and weighted 1/q alike): "
+        + PROMPT_POLICIES.describe(),
+        choices=PROMPT_POLICIES,
     )
     prompt_prune_rate_max: float = option(
         0.7,

@@ -1,6 +1,6 @@
 """Per-prompt history for prompt-level pruning (METHOD.md, "Level 1").
 
-A ``PromptHistory`` holds, for every dataset index seen (arrays grown on demand, 20 bytes per prompt):
+A ``PromptHistory`` holds, for every dataset index seen (arrays grown on demand, 24 bytes per prompt):
 
     count      int32    times the prompt was rolled out
     last_step  int32    the step of its last rollout (-1: never)
@@ -8,6 +8,8 @@ A ``PromptHistory`` holds, for every dataset index seen (arrays grown on demand,
     n          float32  discounted number of rewards     n    <- decay * n    + G
     var        float32  EMA of the within-group reward variance (unbiased, 0 for G = 1);
                         var <- decay * var + (1 - decay) * var_group  (the first rollout sets it)
+    tokens     float32  discounted mean response tokens of the prompt's groups (its generation cost),
+                        the same update as var; 0: no length recorded (``update`` without ``tokens``)
 
 ``succ / n`` is the discounted mean reward (the success rate for 0/1 rewards). The success estimate is
 the mean of the discounted Beta posterior under a Beta(prior, prior) prior,
@@ -20,16 +22,74 @@ The score (METHOD.md):
 - never seen: s = +inf, which ``prompt_keep_probs`` turns into q = 1 (always kept).
 ``reward_kind="auto"`` treats rewards as binary as long as every reward seen is exactly 0 or 1.
 ``last_step`` is stored (and checkpointed) but not used by the score.
+
+What the prompt policies (``core/prompt_policies``) read, ``signals`` (``PromptSignals``):
+- ``moment``: E[v], the posterior mean of the group's gradient second moment (METHOD.md, "Choosing q").
+  a = succ + prior, b = n - succ + prior (the discounted Beta posterior of the success rate p):
+  group_norm, binary rewards: P(G samples not all equal) (a mixed group's squared advantages sum to
+    about G whatever p), E = 1 - prod_{i<G} (a+i)/(a+b+i) - prod_{i<G} (b+i)/(a+b+i)
+    (E[p^G] = prod_{i<G} (a+i)/(a+b+i) under Beta(a, b));
+  any other estimator (dr_grpo, rloo, reinforce_baseline), binary rewards: E[p (1 - p)] =
+    a b / ((a+b)(a+b+1)) (the squared centred rewards sum to about (G - 1) p (1 - p));
+  continuous rewards: the estimated reward variance ``var``.
+- ``cost``: the expected generation cost, ``tokens``; a prompt without one takes the mean over the prompts
+  that have one (1 when none has: every cost alike).
+- a prompt never seen: with ``unseen="keep"`` pinned at q = 1; with ``"mean"`` it takes the mean over every
+  prompt seen so far of the score, and of E[v] / c (its E[v] is that mean times its cost).
 """
 
 from __future__ import annotations
+
+import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 REWARD_KINDS = ("auto", "binary", "continuous")
-_FIELDS = {"count": np.int32, "last_step": np.int32, "succ": np.float32, "n": np.float32, "var": np.float32}
-_STATE_VERSION = 1
+UNSEEN_RULES = ("keep", "mean")
+_FIELDS = {
+    "count": np.int32,
+    "last_step": np.int32,
+    "succ": np.float32,
+    "n": np.float32,
+    "var": np.float32,
+    "tokens": np.float32,
+}
+_STATE_VERSION = 2  # 2: + tokens (a version-1 state loads with no length recorded)
+
+
+class PromptSignals(NamedTuple):
+    """What a prompt policy knows of each drawn prompt before its rollout; each field (B,) or (R, B).
+
+    score:  float64 >= 0, the history's score s (METHOD.md "Level 1"; the proportional rule's input)
+    moment: float64 >= 0, E[v] the posterior mean of the group's gradient second moment
+    cost:   float64 > 0, the expected generation cost c (mean response tokens)
+    unseen: bool, never rolled out (reported as ``dppo/prompt_unseen_frac``)
+    pinned: bool, kept with q = 1 whatever the policy (unseen prompts under ``--dppo.unseen_prompts keep``);
+      a pinned prompt's score and moment are 0 and unused
+    """
+
+    score: torch.Tensor
+    moment: torch.Tensor
+    cost: torch.Tensor
+    unseen: torch.Tensor
+    pinned: torch.Tensor
+
+    @classmethod
+    def of_scores(cls, scores: torch.Tensor, unseen_score: float | None = None) -> PromptSignals:
+        """Signals from scores alone (``prompt_keep_probs``' input: +inf = unseen): E[v] = s, every cost
+        1; unseen prompts pinned (``unseen_score`` None) or scored ``unseen_score``."""
+        s = torch.as_tensor(scores).to(torch.float64)
+        if torch.isnan(s).any() or (s < 0).any():
+            raise ValueError("prompt scores must be >= 0 (or +inf for an unseen prompt), no NaN")
+        if unseen_score is not None and not (math.isfinite(unseen_score) and unseen_score >= 0):
+            raise ValueError(f"unseen_score must be a finite score >= 0 (or None), got {unseen_score}")
+        unseen = torch.isinf(s)
+        pinned = unseen if unseen_score is None else torch.zeros_like(unseen)
+        fill = 0.0 if unseen_score is None else float(unseen_score)
+        s = torch.where(unseen, fill, s)
+        return cls(s, s.clone(), torch.ones_like(s), unseen, pinned)
 
 
 class PromptHistory:
@@ -89,16 +149,22 @@ class PromptHistory:
         return i
 
     # -- update -----------------------------------------------------------------------------------
-    def update(self, idx, rewards: torch.Tensor, step: int) -> None:
+    def update(self, idx, rewards: torch.Tensor, step: int, tokens=None) -> None:
         """Record one rollout per row.
 
-        idx: (n,) dataset indices; rewards: (n, G) the group's rewards; step: the training step.
+        idx: (n,) dataset indices; rewards: (n, G) the group's rewards; step: the training step;
+        tokens: optional (n, G) response token counts of the completions (the prompt's cost).
         A repeated index is applied in order of appearance (as n separate rollouts).
         """
         i = self._index(idx)
         r = torch.as_tensor(rewards).detach().cpu().to(torch.float64).numpy()
         if r.ndim != 2 or r.shape[0] != i.size:
             raise ValueError(f"rewards must have shape ({i.size}, G), got {tuple(r.shape)}")
+        tok = None if tokens is None else torch.as_tensor(tokens).detach().cpu().to(torch.float64).numpy()
+        if tok is not None and tok.shape != r.shape:
+            raise ValueError(f"tokens must have the shape of rewards {r.shape}, got {tuple(tok.shape)}")
+        if tok is not None and not (np.isfinite(tok).all() and (tok >= 0).all()):
+            raise ValueError("tokens must be finite counts >= 0")
         if i.size == 0:
             return
         if not np.isfinite(r).all():
@@ -115,9 +181,9 @@ class PromptHistory:
         occ[order] = np.arange(si.size) - run_start
         for k in range(int(occ.max()) + 1):
             sel = occ == k
-            self._update_unique(i[sel], r[sel], int(step))
+            self._update_unique(i[sel], r[sel], int(step), None if tok is None else tok[sel])
 
-    def _update_unique(self, i: np.ndarray, r: np.ndarray, step: int) -> None:
+    def _update_unique(self, i: np.ndarray, r: np.ndarray, step: int, tok: np.ndarray | None) -> None:
         a, d = self._a, self.decay
         G = r.shape[1]
         var = r.var(axis=1, ddof=1) if G > 1 else np.zeros(r.shape[0])
@@ -125,6 +191,9 @@ class PromptHistory:
         a["succ"][i] = d * a["succ"][i] + r.sum(axis=1)
         a["n"][i] = d * a["n"][i] + G
         a["var"][i] = np.where(first, var, d * a["var"][i] + (1.0 - d) * var)
+        if tok is not None:  # the first length recorded sets the mean
+            mean, old = tok.mean(axis=1), a["tokens"][i]
+            a["tokens"][i] = np.where(old == 0, mean, d * old + (1.0 - d) * mean)
         a["count"][i] += 1
         a["last_step"][i] = step
 
@@ -162,6 +231,60 @@ class PromptHistory:
             return 1.0
         return float(self.score(seen, group_size).mean())
 
+    def moment(self, idx, group_size: int | None = None, estimator: str = "group_norm") -> torch.Tensor:
+        """E[v] (B,) float64, the posterior mean of the group's gradient second moment (module
+        docstring); +inf where never seen. estimator: the advantage estimator of the run."""
+        i = self._index(idx)
+        G = int(group_size or self.group_size or 1)
+        seen = self._gather(i, "count") > 0
+        if self.is_binary():
+            succ, n = self._gather(i, "succ"), self._gather(i, "n")
+            a = np.maximum(succ, 0.0) + self.prior
+            b = np.maximum(n - succ, 0.0) + self.prior
+            if estimator == "group_norm":
+                k = np.arange(G, dtype=np.float64)[:, None]  # (G, 1): the factors i < G
+                v = 1.0 - np.prod((a + k) / (a + b + k), axis=0) - np.prod((b + k) / (a + b + k), axis=0)
+                v = np.maximum(v, 0.0)
+            else:
+                v = a * b / ((a + b) * (a + b + 1.0))
+        else:
+            v = np.maximum(self._gather(i, "var"), 0.0)
+        return torch.from_numpy(np.where(seen, v, np.inf))
+
+    def mean_cost(self) -> float:
+        """The mean recorded cost (response tokens) over the prompts that have one; 1.0 when none has."""
+        known = self._a["tokens"][self._a["tokens"] > 0]
+        return float(known.astype(np.float64).mean()) if known.size else 1.0
+
+    def cost(self, idx) -> torch.Tensor:
+        """The expected generation cost c (B,) float64 > 0: the prompt's discounted mean response tokens,
+        ``mean_cost()`` where no length was recorded (never seen, or updated without ``tokens``)."""
+        c = self._gather(self._index(idx), "tokens")
+        return torch.from_numpy(np.where(c > 0, c, self.mean_cost()))
+
+    def signals(
+        self, idx, group_size: int | None = None, estimator: str = "group_norm", unseen: str = "keep"
+    ) -> PromptSignals:
+        """What the prompt policies read for the given prompts (module docstring). unseen: "keep" (pinned,
+        q = 1) or "mean" (the mean over every seen prompt of the score and of E[v] / c). Depends on the
+        history only, so a draw made from it is fixed before the step's rollout."""
+        if unseen not in UNSEEN_RULES:
+            raise ValueError(f"unknown unseen rule {unseen!r}; valid: {', '.join(UNSEEN_RULES)}")
+        i = self._index(idx)
+        score, moment, cost = self.score(i, group_size), self.moment(i, group_size, estimator), self.cost(i)
+        new = torch.isinf(score)
+        if unseen == "keep":
+            return PromptSignals(
+                torch.where(new, 0.0, score), torch.where(new, 0.0, moment), cost, new, new.clone()
+            )
+        seen = np.flatnonzero(self._a["count"] > 0)
+        ratio = 1.0
+        if seen.size:
+            ratio = float((self.moment(seen, group_size, estimator) / self.cost(seen)).mean())
+        score = torch.where(new, self.mean_seen_score(group_size), score)
+        moment = torch.where(new, ratio * cost, moment)
+        return PromptSignals(score, moment, cost, new, torch.zeros_like(new))
+
     def _gather(self, i: np.ndarray, field: str) -> np.ndarray:
         a = self._a[field]
         out = np.zeros(i.size, dtype=np.float64)
@@ -184,8 +307,11 @@ class PromptHistory:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("version") != _STATE_VERSION:
+        """Loads this version's state and version 1's (before ``tokens``: no length recorded)."""
+        if state.get("version") not in (1, _STATE_VERSION):
             raise ValueError(f"unsupported PromptHistory state version {state.get('version')!r}")
+        if state["version"] == 1:
+            state = {**state, "tokens": torch.zeros_like(state["count"], dtype=torch.float32)}
         if state["reward_kind"] not in REWARD_KINDS:
             raise ValueError(f"unknown reward_kind {state['reward_kind']!r}")
         self.decay, self.prior = float(state["decay"]), float(state["prior"])

@@ -10,10 +10,13 @@ openrlhf_dppo.cli.flags_table`` lists them). Every item has p >= p_min, except t
 KL-in-loss or entropy term (such a completion then has zero gradient). Its zero probability does not
 count towards the budget, which stays keep_frac * N.
 
-Prompt level: q = clip(c * s, q_min, 1) over the prompts' scores (``PromptHistory.score``); a score of
-+inf marks a prompt never seen, which is always kept (q = 1) and counts against the budget, unless an
-``unseen_score`` is given: then it takes that score and is drawn like the others
-(``--dppo.unseen_prompts mean``).
+Prompt level: the policy is a name in ``PROMPT_POLICIES``, one module per policy in
+``core/prompt_policies/`` (``proportional``, the default: q = clip(c * s, q_min, 1); ``sqrt``, the
+variance-optimal rule at a fixed expected cost; ``uniform``, the equal-cost control), reading the
+``PromptSignals`` the history gives before the rollout (``prompt_policy_keep_probs``).
+``prompt_keep_probs`` is ``proportional`` on scores alone: a score of +inf marks a prompt never seen,
+which is always kept (q = 1) and counts against the budget, unless an ``unseen_score`` is given: then it
+takes that score and is drawn like the others (``--dppo.unseen_prompts mean``).
 
 Infeasible budgets (reported, never silent):
 - the floors alone exceed the budget (e.g. p_min > keep_frac): every item sits at its floor and the
@@ -32,13 +35,13 @@ Shapes: the functions take (N,) or (R, N); with two dimensions every row is an i
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from openrlhf_dppo.core.clipped_scale import solve_clipped_scale
+from openrlhf_dppo.core.history import PromptSignals
 from openrlhf_dppo.core.metrics import as_float
 from openrlhf_dppo.core.policies import COMPLETION_POLICIES
+from openrlhf_dppo.core.prompt_policies import PROMPT_POLICIES
 from openrlhf_dppo.metric_keys import (
     COMPLETION_KEEP_FRAC_EXPECTED,
     COMPLETION_KEEP_INFEASIBLE,
@@ -108,7 +111,8 @@ def prompt_keep_probs(
     valid: torch.Tensor | None = None,
     unseen_score: float | None = None,
 ) -> tuple[torch.Tensor, dict]:
-    """Keep probability per drawn prompt: q = clip(c * s, q_min, 1), expected kept == keep_frac * B.
+    """Keep probability per drawn prompt: q = clip(c * s, q_min, 1), expected kept == keep_frac * B (the
+    ``proportional`` prompt policy on scores alone).
 
     scores: (B,) or (R, B), s >= 0 from ``PromptHistory.score``; +inf marks an unseen prompt (q = 1).
     keep_frac: 1 - prompt_prune_rate, in (0, 1].  q_min: floor in (0, 1].
@@ -117,24 +121,47 @@ def prompt_keep_probs(
     returns: q float64 like ``scores``; metrics ``dppo/prompt_keep_frac_expected``,
       ``dppo/prompt_keep_infeasible``, ``dppo/prompt_unseen_frac``.
     """
+    signals = PromptSignals.of_scores(scores, unseen_score)
+    return prompt_policy_keep_probs(signals, keep_frac, "proportional", q_min, valid)
+
+
+def prompt_policy_keep_probs(
+    signals: PromptSignals,
+    keep_frac: float,
+    policy: str = "proportional",
+    q_min: float = 0.1,
+    valid: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict]:
+    """Keep probability per drawn prompt under a policy of ``PROMPT_POLICIES``.
+
+    signals: ``PromptHistory.signals(idx, G, estimator, unseen)`` (fields (B,) or (R, B)), made before the
+      step's rollout.  keep_frac: 1 - r_q from the rate control, in (0, 1].  q_min: floor in (0, 1].
+    returns: q float64 like ``signals.score``; metrics ``dppo/prompt_keep_frac_expected``,
+      ``dppo/prompt_keep_infeasible``, ``dppo/prompt_unseen_frac``.
+    """
     _check_frac(keep_frac, q_min, "q_min")
-    S = _as_rows(scores, "scores").to(torch.float64)
-    v = torch.ones_like(S, dtype=torch.bool) if valid is None else _as_rows(valid, "valid").bool()
-    if torch.isnan(S).any() or (S < 0).any():
-        raise ValueError("prompt scores must be >= 0 (or +inf for an unseen prompt), no NaN")
-    unseen = torch.isinf(S) & v
-    if unseen_score is not None and not (math.isfinite(unseen_score) and unseen_score >= 0):
-        raise ValueError(f"unseen_score must be a finite score >= 0 (or None), got {unseen_score}")
-    pinned = unseen if unseen_score is None else torch.zeros_like(unseen)  # the prompts kept with q = 1
-    s = torch.where(unseen, 0.0 if unseen_score is None else float(unseen_score), S)
-    s = torch.where(v, s, 0.0)
-    lo = torch.where(pinned, 1.0, v.to(torch.float64) * q_min)
-    n = v.sum(dim=1)
-    q, status = solve_clipped_scale(s, lo, keep_frac * n.to(torch.float64))
+    fn = PROMPT_POLICIES.get(policy)
+    shape = signals.score.shape
+    sig = PromptSignals(*(_as_rows(torch.as_tensor(x), "signals") for x in signals))
+    if any(x.shape != sig.score.shape for x in sig):
+        raise ValueError(f"prompt signals must share one shape, got {[tuple(x.shape) for x in sig]}")
+    sig = sig._replace(unseen=sig.unseen.bool(), pinned=sig.pinned.bool())
+    v = torch.ones_like(sig.unseen) if valid is None else _as_rows(valid, "valid").bool()
+    if v.shape != sig.score.shape:
+        raise ValueError(f"valid {tuple(v.shape)} must match the signals {tuple(sig.score.shape)}")
+    free = v & ~sig.pinned
+    for name in ("score", "moment"):
+        x = getattr(sig, name)[free]
+        if not (torch.isfinite(x).all() and (x >= 0).all()):
+            raise ValueError(f"prompt signal {name} must be finite and >= 0 on every prompt not pinned")
+    if not (torch.isfinite(sig.cost[v]).all() and (sig.cost[v] > 0).all()):
+        raise ValueError("prompt signal cost must be finite and > 0")
+    q, status = fn(sig, v, q_min, keep_frac)
     q = torch.where(v, q, 0.0)
+    n = v.sum(dim=1)
     metrics = _level_metrics(q, n, status, PROMPT_KEEP_FRAC_EXPECTED, PROMPT_KEEP_INFEASIBLE)
-    metrics[PROMPT_UNSEEN_FRAC] = as_float(unseen.sum() / n.sum().clamp_min(1))
-    return q.reshape(scores.shape), metrics
+    metrics[PROMPT_UNSEEN_FRAC] = as_float((sig.unseen & v).sum() / n.sum().clamp_min(1))
+    return q.reshape(shape), metrics
 
 
 def _level_metrics(
@@ -147,4 +174,11 @@ def _level_metrics(
     }
 
 
-__all__ = ["COMPLETION_POLICIES", "completion_keep_probs", "prompt_keep_probs", "solve_clipped_scale"]
+__all__ = [
+    "COMPLETION_POLICIES",
+    "PROMPT_POLICIES",
+    "completion_keep_probs",
+    "prompt_keep_probs",
+    "prompt_policy_keep_probs",
+    "solve_clipped_scale",
+]

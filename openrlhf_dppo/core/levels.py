@@ -1,7 +1,8 @@
 """One call per pruning level for the adapters: keep probabilities -> draw -> weights -> metrics, so
 that the weights always use the probabilities actually drawn with (``sample_mask``'s p_used).
 
-``prune_prompts``     before rollout, from the prompt scores (``PromptHistory.score``).
+``prune_prompts``     before rollout, from what the history knows of the prompts (``PromptHistory.signals``,
+                      or its scores alone) under a prompt policy of ``PROMPT_POLICIES``.
 ``prune_completions`` after reward, from the full-group advantages of the rolled-out prompts.
 Both are thin compositions of ``keep_probs``, ``sampling`` and ``weights``; nothing here is new math.
 """
@@ -12,7 +13,8 @@ from typing import NamedTuple
 
 import torch
 
-from openrlhf_dppo.core.keep_probs import completion_keep_probs, prompt_keep_probs
+from openrlhf_dppo.core.history import PromptSignals
+from openrlhf_dppo.core.keep_probs import completion_keep_probs, prompt_policy_keep_probs
 from openrlhf_dppo.core.metrics import keep_metrics
 from openrlhf_dppo.core.sampling import (
     FIXED_SIZE_DESIGNS,
@@ -63,15 +65,18 @@ def _draw(p: torch.Tensor, design: str, generator, multiple_of: int, level: str,
 
 
 def prune_prompts(
-    scores: torch.Tensor,
+    scores: torch.Tensor | PromptSignals,
     keep_frac: float,
     q_min: float,
     design: str,
     generator: torch.Generator,
     multiple_of: int = 1,
     unseen_score: float | None = None,
+    policy: str = "proportional",
 ) -> tuple[Draw, dict]:
-    """scores: (B,) prompt scores (+inf = unseen; ``unseen_score``: see ``prompt_keep_probs``).
+    """scores: the ``PromptSignals`` of the B drawn prompts (``PromptHistory.signals``), or (B,) scores
+    alone (+inf = unseen; ``unseen_score``: see ``prompt_keep_probs``); policy: a name in
+    ``PROMPT_POLICIES``.
     returns (Draw over the B drawn prompts, metrics with ``dppo/prompt_keep_frac`` realised,
     ``dppo/prompt_keep_frac_expected`` and, for a fixed-size design,
     ``dppo/prompt_fixed_size_fallback|not_multiple`` (``sampling.fixed_size_probs``)).
@@ -79,7 +84,15 @@ def prune_prompts(
     The draw never keeps nothing (``sample_mask(nonempty=True)``): OpenRLHF's loop would answer an empty
     step by drawing the next batch, which biases the step by 1 / P(non-empty). ``Draw.prob`` is the
     inclusion probability of that never-empty design."""
-    q, m = prompt_keep_probs(scores, keep_frac, q_min, unseen_score=unseen_score)
+    if isinstance(scores, PromptSignals):
+        if unseen_score is not None:
+            raise ValueError(
+                "unseen_score is for scores alone; PromptSignals carry the unseen prompts' values"
+            )
+        signals = scores
+    else:
+        signals = PromptSignals.of_scores(scores, unseen_score)
+    q, m = prompt_policy_keep_probs(signals, keep_frac, policy, q_min)
     mask, q_used, fixed = _draw(q, design, generator, multiple_of, "prompt", nonempty=True)
     m.update(fixed)
     m[PROMPT_KEEP_FRAC_EXPECTED] = float(q_used.sum() / max(q_used.numel(), 1))

@@ -140,6 +140,10 @@ def test_the_history_sees_the_groups_dynamic_filtering_dropped():
         1 - (5 / 6) ** 4 - (1 / 6) ** 4, rel=1e-6
     )
     assert ctx.metrics["samples/pruned"] <= len(samples)  # the dropped groups are not the maker's
+    # the prompt's cost: the mean response tokens of its group, the dropped groups' included
+    for j, group in ((0, samples[:G]), (10, dropped[:G])):
+        want = sum(int(s.action_mask.sum()) for s in group) / G
+        assert float(maker.history.cost([j])[0]) == pytest.approx(want, rel=1e-6)
 
 
 def test_with_a_kl_term_zero_advantage_completions_keep_a_positive_probability():

@@ -115,6 +115,26 @@ def test_unseen_prompts_mean_prunes_the_first_epoch_at_the_target_rate():
     assert any(i >= 6 for i in q) and all(float(q_all[i]) < 1.0 for i in range(6, 12))
 
 
+@pytest.mark.parametrize("policy", ["sqrt", "uniform"])
+def test_the_prompt_policy_flag_chooses_the_keep_probabilities(policy):
+    """--dppo.prompt_policy: the draw's q are the policy's over what the history knows (the run's
+    advantage estimator and unseen rule), the same as core computes them."""
+    from openrlhf_dppo.core import prompt_policy_keep_probs
+
+    cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, unseen_prompts="mean", prompt_policy=policy, seed=3)
+    gen, _, history = make_generator(cfg, n_prompts=12, batch=12)  # prompts 6.. unseen
+    samples, _, _, _ = gen.generate_samples(**KW)
+    q = {d.index: d.q for d in samples.ctx.prompts.values()}
+    want, _ = prompt_policy_keep_probs(
+        history.signals(torch.arange(12), 4, "group_norm", "mean"), 0.5, policy, 0.1
+    )
+    assert q and all(v == pytest.approx(float(want[i]), rel=1e-9) for i, v in q.items())
+    if policy == "uniform":
+        assert set(q.values()) == {0.5}
+    else:  # E[v] of the always-solved prompts 0-2 is below the half-solved 3-5's
+        assert float(want[0]) < float(want[3])
+
+
 def test_an_exhausted_dataloader_ends_the_epoch_without_a_draw():
     gen, engine, _ = make_generator(DPPOConfig(prompt_prune_rate=0.5), n_prompts=4)
     gen.generate_samples(**KW)  # draws all 4 prompts

@@ -17,7 +17,15 @@ from dataclasses import dataclass
 
 import torch
 
-from openrlhf_dppo.core import completion_keep_probs, group_advantages, prompt_keep_probs, sample_mask
+from openrlhf_dppo.core import (
+    PromptHistory,
+    PromptSignals,
+    completion_keep_probs,
+    group_advantages,
+    prompt_keep_probs,
+    prompt_policy_keep_probs,
+    sample_mask,
+)
 
 
 @dataclass
@@ -42,15 +50,42 @@ class Toy:
             s[0] = float("inf")  # one prompt never seen: always kept
         self.scores = s
 
-    def rollouts(self, R: int, gen: torch.Generator):
-        """-> y (R, B, G) tokens, per-completion gradients of l: grads (R, B, G, K), adv (R, B, G)."""
+    def rollouts(self, R: int, gen: torch.Generator, with_rewards: bool = False):
+        """-> advantages adv (R, B, G), per-completion gradients of l grads (R, B, G, K) [, the 0/1 rewards
+        (R, B, G) with ``with_rewards``]."""
         u = torch.rand(R, self.B, self.G, 1, generator=gen, dtype=torch.float64)
         y = (u > self.pi.cumsum(-1)[None, :, None, :]).sum(-1).clamp_max(self.K - 1)
         rewards = (y == self.correct[None, :, None]).double()
         adv = group_advantages(rewards.reshape(R * self.B, self.G), self.estimator).reshape(R, self.B, self.G)
         onehot = torch.nn.functional.one_hot(y, self.K).double()
         grads = -(adv + self.beta)[..., None] * (onehot - self.pi[None, :, None, :])
-        return adv, grads
+        return (adv, grads, rewards) if with_rewards else (adv, grads)
+
+    def past_rollouts(self, rounds: int, seed: int):
+        """Earlier steps' groups of every prompt: rewards (rounds, B, G) and response token counts
+        (rounds, B, G), prompt j's completions (j + 1) x (1 + y) tokens long (the costs differ)."""
+        gen = torch.Generator().manual_seed(seed)
+        u = torch.rand(rounds, self.B, self.G, 1, generator=gen, dtype=torch.float64)
+        y = (u > self.pi.cumsum(-1)[None, :, None, :]).sum(-1).clamp_max(self.K - 1)
+        rewards = (y == self.correct[None, :, None]).double()
+        tokens = (torch.arange(1, self.B + 1, dtype=torch.float64)[None, :, None]) * (1 + y).double()
+        return rewards, tokens
+
+    def history(self, rounds: int = 2, seed: int = 5, copies: int = 1) -> PromptHistory:
+        """A PromptHistory that saw ``rounds`` earlier groups of every prompt but the unseen one (prompt 0
+        when ``unseen``); ``copies`` > 1: the same past under indices r * B + j for r < copies (one
+        independent history per replicate, in one array)."""
+        rewards, tokens = self.past_rollouts(rounds, seed)
+        first = 1 if self.unseen else 0
+        h = PromptHistory(copies * self.B)
+        idx = (torch.arange(copies)[:, None] * self.B + torch.arange(first, self.B)[None]).reshape(-1)
+        for k in range(rounds):
+            h.update(idx, rewards[k, first:].repeat(copies, 1), k, tokens[k, first:].repeat(copies, 1))
+        return h
+
+    def signals(self, unseen: str = "keep") -> PromptSignals:
+        """What the toy's history (``history()``) tells a prompt policy about the B prompts."""
+        return self.history().signals(torch.arange(self.B), self.G, self.estimator, unseen)
 
 
 @dataclass
@@ -75,17 +110,21 @@ def simulate(
     multiple_of: int = 1,
     seed: int = 0,
     unseen_score: float | None = None,
+    prompt_policy: str = "proportional",
+    signals: PromptSignals | None = None,
 ) -> Result:
     """level: "both", "prompt" or "completion"; rate: the pruning rate of each active level;
     unseen_score: the score the toy's unseen prompt takes (``--dppo.unseen_prompts mean``), or None
-    (kept with q = 1)."""
+    (kept with q = 1); prompt_policy: a name in ``PROMPT_POLICIES``, reading ``signals`` (default: the
+    toy's true scores, ``PromptSignals.of_scores``)."""
     gen = torch.Generator().manual_seed(seed)
     B, G = toy.B, toy.G
     adv, grads = toy.rollouts(R, gen)
     full = grads.sum(dim=(1, 2)) / (B * G)  # (R, K)
     keep = 1.0 - rate
     if level in ("both", "prompt"):
-        q, _ = prompt_keep_probs(toy.scores, keep, q_min=floor, unseen_score=unseen_score)
+        sig = PromptSignals.of_scores(toy.scores, unseen_score) if signals is None else signals
+        q, _ = prompt_policy_keep_probs(sig, keep, prompt_policy, q_min=floor)
         pmask, q_used = sample_mask(q.expand(R, B).contiguous(), design, gen)
         pw = torch.where(pmask, 1.0 / q_used, 0.0)
     else:

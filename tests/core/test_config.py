@@ -19,6 +19,7 @@ def test_defaults_match_design():
         "mode": "custom",  # the flags as given; a preset is expanded on the command line (cli.flags)
         "prompt_prune_rate": 0.0,
         "prompt_rate_control": "fixed",
+        "prompt_policy": "proportional",  # today's rule until a sitting shows the variance-optimal one wins
         "prompt_prune_rate_max": 0.7,
         "completion_prune_rate": 0.0,
         "completion_policy": "uniform-low",
@@ -72,6 +73,7 @@ def test_defaults_match_design():
         ({"reward_kind": "int"}, "dppo.reward_kind='int' is not one of: auto, binary, continuous"),
         ({"prompt_batch": "grow"}, "dppo.prompt_batch='grow' is not one of: shrink, refill"),
         ({"unseen_prompts": "drop"}, "dppo.unseen_prompts='drop' is not one of: keep, mean"),
+        ({"prompt_policy": "cube"}, "dppo.prompt_policy='cube' is not one of: proportional, sqrt, uniform"),
         ({"token_normalizer": "kept"}, "dppo.token_normalizer='kept' is not one of: ht, constant"),
         ({"prompt_rate_control": "pid"}, "dppo.prompt_rate_control='pid' is not one of: fixed, zero-share"),
         ({"prompt_prune_rate_max": 1.0}, r"dppo.prompt_prune_rate_max=1.0 must be a prune rate in \[0, 1\)"),
@@ -129,12 +131,13 @@ def test_every_field_has_help_and_the_choice_fields_read_their_registry():
     choices = {f.name: f.metadata["choices"] for f in dataclasses.fields(DPPOConfig) if f.metadata["choices"]}
     assert set(choices) == {
         "completion_policy", "sampling", "packer", "reward_kind", "unseen_prompts", "prompt_batch",
-        "token_normalizer", "prompt_rate_control", "short_batch", "mode",
+        "token_normalizer", "prompt_rate_control", "short_batch", "mode", "prompt_policy",
     }  # fmt: skip
-    from openrlhf_dppo.core import COMPLETION_POLICIES, PACKERS, SAMPLING_DESIGNS
+    from openrlhf_dppo.core import COMPLETION_POLICIES, PACKERS, PROMPT_POLICIES, SAMPLING_DESIGNS
 
     assert choices["packer"] is PACKERS and choices["sampling"] is SAMPLING_DESIGNS
     assert choices["completion_policy"] is COMPLETION_POLICIES
+    assert choices["prompt_policy"] is PROMPT_POLICIES
 
 
 def test_the_host_packer_is_valid_in_a_process_that_imported_only_core():

@@ -13,12 +13,16 @@ from hypothesis import strategies as st
 
 from openrlhf_dppo.core import (
     COMPLETION_POLICIES,
+    PROMPT_POLICIES,
     DPPOConfig,
+    PromptSignals,
     completion_keep_probs,
     prompt_keep_probs,
+    prompt_policy_keep_probs,
     solve_clipped_scale,
 )
 from openrlhf_dppo.core import policies as core_policies
+from openrlhf_dppo.core import prompt_policies as core_prompt_policies
 from openrlhf_dppo.core.registry import Registry
 
 A8 = torch.tensor([0.0, 0.0, 1.0, -1.0, 0.5, -0.5, 2.0, 0.1], dtype=torch.float64)
@@ -118,6 +122,83 @@ def test_exact_solve_matches_bisection_reference(seed):
         torch.testing.assert_close(p[r], ref, rtol=0, atol=1e-9)
         if status[r] == 0:
             assert abs(float(p[r].sum() - budget[r])) < 1e-9
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_weighted_solve_matches_a_weighted_bisection_reference(seed):
+    # sum_i w_i clip(c s_i, lo_i, 1) = K (the sqrt prompt policy's cost budget): a plain bisection on c
+    g = torch.Generator().manual_seed(100 + seed)
+    N = 25
+    s = torch.rand(N, generator=g, dtype=torch.float64) * 2
+    lo = torch.rand(N, generator=g, dtype=torch.float64) * 0.2
+    w = 0.5 + 5 * torch.rand(N, generator=g, dtype=torch.float64)
+    budget = float((w * lo).sum() + torch.rand(1, generator=g) * (w * (1 - lo)).sum())
+
+    def f(c):
+        return float((w * torch.clamp(torch.maximum(c * s, lo), max=1.0)).sum())
+
+    a, b = 0.0, float((1 / s).max())
+    for _ in range(200):
+        mid = (a + b) / 2
+        a, b = (mid, b) if f(mid) < budget else (a, mid)
+    ref = torch.clamp(torch.maximum((a + b) / 2 * s, lo), max=1.0)
+    p, status = solve_clipped_scale(s[None], lo[None], torch.tensor([budget]), w[None])
+    assert int(status) == 0 and float((w * p[0]).sum()) == pytest.approx(budget, rel=1e-12)
+    torch.testing.assert_close(p[0], ref, rtol=0, atol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 30),
+    keep=st.floats(0.05, 1.0),
+    q_min=st.floats(0.01, 1.0),
+    policy=st.sampled_from(PROMPT_POLICIES.names()),
+    seed=st.integers(0, 10_000),
+)
+def test_every_prompt_policy_keeps_its_floor_pins_and_budget(n, keep, q_min, policy, seed):
+    g = torch.Generator().manual_seed(seed)
+    score, moment = (torch.rand(n, generator=g, dtype=torch.float64) for _ in range(2))
+    cost = 1 + 99 * torch.rand(n, generator=g, dtype=torch.float64)
+    pinned = torch.rand(n, generator=g) < 0.2
+    valid = torch.rand(n, generator=g) < 0.9
+    sig = PromptSignals(score, moment, cost, pinned, pinned)
+    q, m = prompt_policy_keep_probs(sig, keep, policy, q_min, valid)
+    assert torch.all(q[~valid] == 0) and torch.all(q[valid & pinned] == 1)
+    assert torch.all(q[valid] >= q_min - 1e-12) and torch.all(q <= 1)
+    if m["dppo/prompt_keep_infeasible"] == 0.0:  # the budget is met: a count, or the sqrt rule's cost
+        spent, budget = (cost * q, cost * valid) if policy == "sqrt" else (q, valid.double())
+        assert float(spent.sum()) == pytest.approx(keep * float(budget.sum()), rel=1e-9, abs=1e-9)
+    rows, _ = prompt_policy_keep_probs(PromptSignals(*(x.expand(2, n) for x in sig)), keep, policy, q_min,
+                                       valid.expand(2, n))  # fmt: skip
+    assert torch.equal(rows[0], q) and torch.equal(rows[1], q)  # rows are independent problems
+
+
+PROMPT_POLICY_DIR = Path(core_prompt_policies.__file__).parent
+
+
+def test_every_prompt_policy_module_is_registered_with_help_and_has_its_own_test_file():
+    modules = sorted(p.stem for p in PROMPT_POLICY_DIR.glob("*.py") if not p.name.startswith("_"))
+    registered = [importlib.import_module(f"{core_prompt_policies.__name__}.{m}").NAME for m in modules]
+    assert sorted(registered) == PROMPT_POLICIES.names() == ["proportional", "sqrt", "uniform"]
+    help_text = DPPOConfig.__dataclass_fields__["prompt_policy"].metadata["help"]
+    for m, name in zip(modules, registered):
+        assert PROMPT_POLICIES.help(name), f"prompt policy {name!r} ({m}.py) has no HELP"
+        assert f"{name} ({PROMPT_POLICIES.help(name)})" in help_text
+        assert (Path(__file__).parent / "prompt_policies" / f"test_{m}.py").is_file(), (
+            f"prompt policy {name!r} needs tests/core/prompt_policies/test_{m}.py"
+        )
+    with pytest.raises(ValueError, match="valid: proportional, sqrt, uniform"):
+        prompt_policy_keep_probs(PromptSignals.of_scores(torch.ones(3)), 0.5, "cube")
+
+
+def test_bad_prompt_signals_are_refused_with_the_signal_named():
+    sig = PromptSignals.of_scores(torch.ones(3))
+    with pytest.raises(ValueError, match="cost must be finite and > 0"):
+        prompt_policy_keep_probs(sig._replace(cost=torch.tensor([1.0, 0.0, 1.0])), 0.5, "sqrt")
+    with pytest.raises(ValueError, match="moment must be finite"):
+        prompt_policy_keep_probs(sig._replace(moment=torch.tensor([1.0, float("inf"), 1.0])), 0.5, "sqrt")
+    with pytest.raises(ValueError, match="share one shape"):
+        prompt_policy_keep_probs(sig._replace(cost=torch.ones(4)), 0.5, "sqrt")
 
 
 @pytest.mark.parametrize("policy", COMPLETION_POLICIES.names())

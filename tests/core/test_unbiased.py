@@ -22,9 +22,12 @@ from dppo_mc_sim import Toy, simulate  # noqa: E402
 from openrlhf_dppo.core import (  # noqa: E402
     COMPLETION_POLICIES,
     FIXED_SIZE_DESIGNS,
+    PROMPT_POLICIES,
     SAMPLING_DESIGNS,
     PromptRateControl,
+    PromptSignals,
     prompt_keep_probs,
+    prompt_policy_keep_probs,
     prune_prompts,
     sample_mask,
 )
@@ -32,9 +35,10 @@ from openrlhf_dppo.core import (  # noqa: E402
 R = 10000
 R_HIGH = 40000  # both levels at rate 0.9 keep ~2% of the items: the control needs more replicates
 RATES = (0.3, 0.5, 0.7, 0.9)
-# every registered completion policy and sampling design on its own (the prompt level has no policy)
+# every registered policy and sampling design: the prompt level's entries name a prompt policy (reading the
+# toy's history: seen prompts with costs that differ, one unseen prompt), the others a completion policy
 DESIGNS = SAMPLING_DESIGNS.names()
-CONFIGS = [("prompt", "uniform-low", d, r) for d in DESIGNS for r in RATES] + [
+CONFIGS = [("prompt", pol, d, r) for pol in PROMPT_POLICIES.names() for d in DESIGNS for r in RATES] + [
     (lvl, pol, d, r)
     for lvl, pol, d, r in itertools.product(
         ("completion", "both"), COMPLETION_POLICIES.names(), DESIGNS, RATES
@@ -56,9 +60,15 @@ def test_unbiased_and_kept_count_control_detected(toy, level, policy, design, ra
     # systematic draws also exercise the multiple_of rescale (dp_size 2): weights use p_used
     m = 2 if design in FIXED_SIZE_DESIGNS else 1
     n = R_HIGH if (level, rate) == ("both", 0.9) else R
-    res = simulate(
-        toy, n, level, rate, policy, design, multiple_of=m, seed=_seed(level, policy, design, rate)
-    )
+    if level == "prompt":
+        res = simulate(
+            toy, n, level, rate, design=design, seed=_seed(level, policy, design, rate),
+            prompt_policy=policy, signals=toy.signals("keep"),
+        )  # fmt: skip
+    else:
+        res = simulate(
+            toy, n, level, rate, policy, design, multiple_of=m, seed=_seed(level, policy, design, rate)
+        )
     assert res.z.abs().max() < 4.0, f"bias detected: z = {res.z.tolist()}"
     assert res.z_kept_count.abs().max() > 4.0, f"kept-count normaliser not detected: {res.z_kept_count}"
     # Var(g_hat) = Var(g) + E[Var(g_hat | rollouts)] >= Var(g); allow Monte-Carlo noise on the ratio
@@ -83,6 +93,57 @@ def test_unseen_prompts_drawn_at_the_mean_score_stay_unbiased(toy, level, design
     )  # fmt: skip
     assert res.z.abs().max() < 4.0, f"bias detected: z = {res.z.tolist()}"
     assert res.z_kept_count.abs().max() > 4.0, f"kept-count normaliser not detected: {res.z_kept_count}"
+
+
+@pytest.mark.parametrize("policy,design", list(itertools.product(PROMPT_POLICIES.names(), DESIGNS)))
+def test_every_prompt_policy_with_unseen_prompts_drawn_at_the_mean_stays_unbiased(toy, policy, design):
+    # --dppo.unseen_prompts mean through the history (PromptHistory.signals): the unseen prompt takes the
+    # seen prompts' mean score and mean E[v] / c, and can be dropped
+    sig = toy.signals("mean")
+    q, _ = prompt_policy_keep_probs(sig, 0.5, policy, q_min=0.05)
+    assert bool(sig.unseen[0]) and not bool(sig.pinned[0]) and float(q[0]) < 1.0
+    res = simulate(toy, R, "both", 0.5, "proportional", design, multiple_of=2 if design in FIXED_SIZE_DESIGNS else 1,
+                   seed=_seed("unseen-policy", policy, design), prompt_policy=policy, signals=sig)  # fmt: skip
+    assert res.z.abs().max() < 4.0, f"bias detected: z = {res.z.tolist()}"
+    assert res.z_kept_count.abs().max() > 4.0, f"kept-count normaliser not detected: {res.z_kept_count}"
+
+
+@pytest.mark.parametrize("policy", PROMPT_POLICIES.names())
+def test_a_prompt_policy_fed_the_steps_own_rewards_is_detected_as_biased(policy):
+    """Leakage control. The draw uses q from the history BEFORE the step (unbiased); the control weights
+    the same draw by 1 / q' with q' computed by the same policy from a history that has already learned
+    the step's own rewards (what a trainer that re-scores after ``update``, or a replay whose score saw
+    the rollout, would do). A mixed group raises its own E[v], so q' > q exactly where there is gradient
+    and the estimate shrinks: the test must see it. (Drawing AND weighting with q' would be a
+    Horvitz-Thompson estimate with outcome-dependent but known probabilities, unbiased in this toy; in a
+    run the draw comes before the rollout, so the leak shows as weights that do not match the draw.)
+    ``uniform`` reads no history: its q' equals q, checked instead."""
+    toy, n = Toy(seed=3, unseen=False), 6000
+    gen = torch.Generator().manual_seed(_seed("leak", policy))
+    adv, grads, rewards = toy.rollouts(n, gen, with_rewards=True)
+    per_prompt = grads.sum(dim=2)  # (n, B, K)
+    full = per_prompt.sum(dim=1) / (toy.B * toy.G)
+    past = toy.history(copies=n)  # one history per replicate, the same past in each
+    index = torch.arange(n * toy.B)
+    before = past.signals(index, toy.G, toy.estimator)
+    q, _ = prompt_policy_keep_probs(PromptSignals(*(x.reshape(n, toy.B) for x in before)), 0.5, policy, 0.05)
+    mask, q_used = sample_mask(q, "systematic", gen)
+    honest = (torch.where(mask, 1.0 / q_used, 0.0)[..., None] * per_prompt).sum(dim=1) / (toy.B * toy.G)
+    past.update(index, rewards.reshape(n * toy.B, toy.G), 99)  # the step's own rewards (lengths unchanged)
+    after = past.signals(index, toy.G, toy.estimator)
+    q_leak, _ = prompt_policy_keep_probs(
+        PromptSignals(*(x.reshape(n, toy.B) for x in after)), 0.5, policy, 0.05
+    )
+    leaky = (torch.where(mask, 1.0 / q_leak, 0.0)[..., None] * per_prompt).sum(dim=1) / (toy.B * toy.G)
+
+    def z(d):
+        return d.mean(0) / (d.std(dim=0) / n**0.5)
+
+    assert z(honest - full).abs().max() < 4.0, f"bias detected: z = {z(honest - full).tolist()}"
+    if policy == "uniform":
+        assert torch.equal(q_leak, q)
+    else:
+        assert z(leaky - full).abs().max() > 4.0, f"leakage not detected: z = {z(leaky - full).tolist()}"
 
 
 def test_zero_advantage_drop_needs_no_kl_term():
