@@ -59,16 +59,18 @@ class DispatchPlan:
 
 
 def num_optimizer_steps(
-    rollout_batch_size: int, n_samples: int, train_batch_size: int, drawn: int | None = None,
-    train_short: bool = False,
+    rollout_batch_size: int, n_samples: int, train_batch_size: int, groups: int | None = None,
+    train_short: bool = False, dp_size: int = 1,
 ) -> int:  # fmt: skip
-    """The optimizer steps GRPO takes for a rollout batch in OpenRLHF's dynamic-batch mode: its whole
-    train batches, ``min(B, drawn) * G // train_batch_size`` (``drawn``: the prompts drawn, default B);
-    0 for a batch smaller than one train batch (an epoch's short last batch), unless ``train_short``
-    (``--dppo.short_batch train``), which makes it 1."""
-    prompts = rollout_batch_size if drawn is None else min(rollout_batch_size, drawn)
-    steps = prompts * n_samples // train_batch_size
-    return max(1, steps) if train_short else steps
+    """The optimizer steps GRPO takes for a rollout batch of ``groups`` prompts' rollouts (default and at
+    most B) in OpenRLHF's dynamic-batch mode: its whole train batches, ``min(B, groups) * G //
+    train_batch_size``; 0 for a batch smaller than one train batch (an epoch's short last batch), unless
+    ``train_short`` (``--dppo.short_batch train``), which makes it 1 when it holds at least ``dp_size``
+    rollouts: fewer cannot be spread over the data-parallel ranks, and the GRPO arm leaves them untrained
+    (``adapters.trainer``)."""
+    rollouts = (rollout_batch_size if groups is None else min(rollout_batch_size, groups)) * n_samples
+    steps = rollouts // train_batch_size
+    return 1 if train_short and steps == 0 and rollouts >= dp_size else steps
 
 
 def mark_short_batch_rule(items: list[Experience], train_short: bool) -> None:

@@ -30,8 +30,11 @@ rewards already on the rollouts:
    ``balance_experiences`` (``adapters.trainer``).
 
 Fewer kept completions than data-parallel ranks (only when nearly everything is pruned) are topped up
-with zero-weight fillers (pruned completions, counted as pruned): they are forwarded but add nothing to
-the gradient, and the actor counts them as ``samples|tokens/fillers``, not as trained.
+with zero-weight fillers (pruned completions, counted as pruned; where the step rolled out fewer
+completions than ranks -- a heavily pruned draw, an epoch's short last batch -- then copies of its shortest
+one, counted nowhere else): they are forwarded but add nothing to the gradient, and the actor counts them
+as ``samples|tokens/fillers``, not as trained. The plan makes GRPO's optimizer steps for the groups GRPO
+would train (``_step_groups``: with dynamic filtering the accepted ones, as OpenRLHF counts them).
 
 ``CountingExperienceMaker`` (GRPO, ``--dppo.enable false``): OpenRLHF's maker with its group statistics
 taken in float64 (as ``core.group_advantages`` takes them); it counts ``samples|tokens/pruned`` as 0
@@ -39,6 +42,8 @@ taken in float64 (as ``core.group_advantages`` takes them); it counts ``samples|
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 from openrlhf.models.utils import compute_reward
@@ -184,27 +189,37 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         metrics[rd.COMPLETION_ZERO_PROB_FRAC] = float((draw.prob == 0).double().mean())
         tokens = [response_tokens(s) for s in rollout_samples]
         kept = mask.nonzero().flatten().tolist()
-        fillers = self._top_up(mask, [int(s.total_length.item()) for s in rollout_samples], dp)
+        lengths = [int(s.total_length.item()) for s in rollout_samples]
+        fillers = self._top_up(mask, lengths, dp)
         weights[fillers] = 0.0
-        metrics[rd.COMPLETION_FILLERS] = float(len(fillers))
         z_tok, z_seq = self._normalizers(ctx, tokens, q)
         metrics[rd.NORMALIZER_TOKENS], metrics[rd.NORMALIZER_SEQS] = z_tok, z_seq
 
         train_ids = sorted(kept + fillers)
         kept_samples = [rollout_samples[i] for i in train_ids]
+        train_weights = weights[train_ids]
+        # fewer rollouts than ranks (a pruned draw, an epoch's short last batch): zero-weight copies of the
+        # shortest one, so that every rank forwards (and, if the step trains, runs) one sequence
+        copies = dp - len(train_ids)
+        if copies > 0:
+            shortest = min(range(len(lengths)), key=lengths.__getitem__)
+            kept_samples += [copy.copy(rollout_samples[shortest]) for _ in range(copies)]
+            train_ids += [shortest] * copies
+            train_weights = torch.cat([train_weights, train_weights.new_zeros(copies)])
+        metrics[rd.COMPLETION_FILLERS] = float(len(kept_samples) - len(kept))
         experiences = self.make_experience(self._forward_batches(kept_samples, dp))
         metrics.update(
-            self._set_advantages(experiences, adv_flat[train_ids], weights[train_ids], rewards, train_ids)
+            self._set_advantages(experiences, adv_flat[train_ids], train_weights, rewards, train_ids)
         )
 
         items = self._single_items(experiences)
         capacity = micro_batch_capacity(
             args.train.max_tokens_per_gpu, args.ds.ring_attn_size, args.ds.tensor_parallel_size
         )
-        drawn = ctx.draw.drawn if ctx.draw is not None else len(draws)
         steps = num_optimizer_steps(
-            args.rollout.batch_size, G, args.train.batch_size, drawn, self.dppo.short_batch == "train"
-        )
+            args.rollout.batch_size, G, args.train.batch_size, self._step_groups(ctx, len(draws)),
+            self.dppo.short_batch == "train", dp,
+        )  # fmt: skip
         plan = build_dispatch(
             items, dp, capacity, steps, z_tok, z_seq, packer=self.dppo.packer, window=self.dppo.pack_window
         )
@@ -213,6 +228,15 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         pruned = (~mask).nonzero().flatten().tolist()  # counted where the mask is drawn
         ctx.add({rd.SAMPLES_PRUNED: len(pruned), rd.TOKENS_PRUNED: sum(tokens[i] for i in pruned)})
         return PlannedExperiences(experiences, plan)
+
+    def _step_groups(self, ctx: StepContext, accepted: int) -> int:
+        """The groups GRPO would train from this step's draw, which set its optimizer steps: the prompts
+        drawn (the pruned ones too) less the groups dynamic filtering dropped (OpenRLHF counts only the
+        accepted rollouts), i.e. the accepted groups plus the pruned prompts; ``accepted`` when the step has
+        no draw record."""
+        if ctx.draw is None:
+            return accepted
+        return ctx.draw.drawn - len(ctx.filtered) // self.args.rollout.n_samples_per_prompt
 
     def _forward_batches(self, samples, dp: int):
         """The kept samples cut into the actor / reference forward batches (OpenRLHF's

@@ -27,9 +27,12 @@ status.json and, for a fresh run (not resumed) with evaluation on, evaluates onc
 experience maker and actor training step run unchanged (the differences are listed in the help of
 ``--dppo.enable``, ``core.config``). Both arms make a rollout batch's whole train batches of optimizer
 steps (``--dppo.short_batch drop``, OpenRLHF's rule: none for a batch smaller than one); what no step
-trains (GRPO: also the rest after them) is counted as ``samples|tokens/untrained`` by the actors. ``--dppo.short_batch train`` trains a batch smaller than one train batch (an epoch's short
-last batch) as one optimizer step in both arms and adds those steps to the LR schedule
-(``short_batch_steps``).
+trains (GRPO: also the rest after them) is counted as ``samples|tokens/untrained`` by the actors.
+``--dppo.short_batch train`` trains a batch smaller than one train batch (an epoch's short last batch;
+every batch when B x G is smaller than one) as one optimizer step in both arms, and the LR schedule spans
+those steps (``short_batch_steps``). Under either rule a batch of fewer rollouts than data-parallel ranks
+is not trained: GRPO sends it to no rank (OpenRLHF's forwards would stop the run) and counts it as
+untrained here (``_unspread_step``); DPPO forwards it with zero-weight copies and its plan makes no step.
 """
 
 from __future__ import annotations
@@ -47,7 +50,12 @@ from openrlhf_dppo import precision, prompt_log
 from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters import packing
 from openrlhf_dppo.adapters._ray import remote_like, swap_attr, unwrap_actor_class
-from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker, DPPOExperienceMaker
+from openrlhf_dppo.adapters.dispatch import num_optimizer_steps
+from openrlhf_dppo.adapters.experience_maker import (
+    CountingExperienceMaker,
+    DPPOExperienceMaker,
+    effective_dp_size,
+)
 from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError, response_tokens
 from openrlhf_dppo.adapters.step import StepContext
 from openrlhf_dppo.core import DPPOConfig, PromptHistory, reward_stats
@@ -81,13 +89,19 @@ def check_accounting(status: dict) -> None:
 
 
 def short_batch_steps(args, prompts: int, rule: str) -> int:
-    """The optimizer steps ``--dppo.short_batch train`` adds to OpenRLHF's count (``len(prompts) x G //
-    train batch`` per episode and PPO epoch): one per episode whose short last rollout batch is smaller
-    than one train batch (OpenRLHF makes no step of it); 0 under ``drop``."""
-    rest = prompts % args.rollout.batch_size
-    if rule != "train" or rest == 0 or rest * args.rollout.n_samples_per_prompt >= args.train.batch_size:
-        return 0
-    return args.train.num_episodes * args.train.max_epochs
+    """The optimizer steps the run makes beyond OpenRLHF's count (``len(prompts) x G // train batch`` per
+    episode and PPO epoch): under ``--dppo.short_batch train`` every rollout batch smaller than one train
+    batch (an epoch's short last batch; every batch when B x G is smaller than one) makes a step of its
+    own, unless it holds fewer rollouts than data-parallel ranks (``dispatch.num_optimizer_steps``), so
+    one pass over the prompts can make more steps than OpenRLHF's count; 0 under ``drop``, whose steps
+    never exceed it."""
+    B, G, T = args.rollout.batch_size, args.rollout.n_samples_per_prompt, args.train.batch_size
+    full, rest = divmod(prompts, B)
+    train, dp = rule == "train", effective_dp_size(args)
+    made = full * num_optimizer_steps(B, G, T, B, train, dp)
+    if rest:
+        made += num_optimizer_steps(B, G, T, rest, train, dp)
+    return max(0, made - prompts * G // T) * args.train.num_episodes * args.train.max_epochs
 
 
 def scheduler_steps(args, host_steps: int, step_limit: int | None, span: int | None = None) -> int:
@@ -210,19 +224,37 @@ class _DPPOTrainer(_PPOTrainerBase):
         if self.dppo.enable:  # OpenRLHF calls balance_experiences by its module-global name (see adapters)
             with swap_attr(ppo_trainer, "balance_experiences", planned_balance):
                 status, step = super().train_step(rollout_samples, global_step)
+        elif len(rollout_samples) < effective_dp_size(self.args):
+            status, step = self._unspread_step(rollout_samples, global_step)
         else:
             status, step = super().train_step(rollout_samples, global_step)
         if stats is not None:  # the raw rewards (OpenRLHF's statistics follow the length penalties)
             status.update(stats)
             if self.dppo.enable:  # --dppo.prompt_rate_control zero-share sets the next draws' rate from it
                 self.samples_generator.rate_control.observe(stats[rd.EQUAL_REWARD_FRAC_HT])
-        else:  # a reward model scored the batch: OpenRLHF's statistics, q = 1 for every prompt
+        elif rd.REWARD_MEAN in status:  # a reward model scored the batch: OpenRLHF's statistics, q = 1
             status[rd.REWARD_HT] = status[rd.REWARD_MEAN]
         status.update(ctx.metrics)
         check_accounting(status)
         if logged is not None:
             prompt_log.append(self.run_dir.path, ctx.step, *logged)
         return status, step
+
+    def _unspread_step(self, rollout_samples, global_step):
+        """GRPO: a rollout batch of fewer rollouts than data-parallel ranks (an epoch's short last batch).
+        OpenRLHF's forwards and balancing need one rollout per rank (its run stops here). Under
+        ``--dppo.short_batch drop`` such a batch is smaller than one train batch, which holds at least one
+        rollout per rank, so it is never trained; under ``train`` it cannot be spread over the ranks
+        (``dispatch.num_optimizer_steps``; DPPO's plan makes no step of it either). It goes to no rank:
+        counted here as untrained, with a warning. Returns (status, step) as OpenRLHF's ``train_step``."""
+        n, tokens = float(len(rollout_samples)), float(sum(map(response_tokens, rollout_samples)))
+        logger.warning(
+            f"step {global_step + 1}: {int(n)} rollouts, fewer than the {effective_dp_size(self.args)} "
+            "data-parallel ranks, cannot be spread over them: not trained (counted as samples|tokens/untrained)"
+        )
+        status = {rd.SAMPLES_TRAINED: 0.0, rd.TOKENS_TRAINED: 0.0, rd.SAMPLES_FILLERS: 0.0, rd.TOKENS_FILLERS: 0.0,
+                  rd.SAMPLES_PRUNED: 0.0, rd.TOKENS_PRUNED: 0.0, rd.SAMPLES_UNTRAINED: n, rd.TOKENS_UNTRAINED: tokens}  # fmt: skip
+        return status, global_step + 1
 
     def _prompt_rows(self, ctx: StepContext, rolled_out, G: int):
         """``--dppo.prompt_log``: the step's rolled-out groups for ``prompt_log.append`` (dynamic filtering's

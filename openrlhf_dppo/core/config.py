@@ -204,7 +204,10 @@ class DPPOConfig:
         "as many optimizer steps as it holds whole --train.batch_size batches, in both arms (GRPO leaves "
         "what they leave untrained; DPPO spreads its kept rollouts over those steps); drop (OpenRLHF's "
         "rule): a batch smaller than one train batch (an epoch's short last batch) is not trained, counted "
-        "as samples|tokens/untrained; train: such a batch is one optimizer step (the LR schedule counts it)",
+        "as samples|tokens/untrained; train: such a batch (every batch when B x G is smaller than one train "
+        "batch) is one optimizer step, and the LR schedule spans these steps; under either rule a batch of "
+        "fewer rollouts than data-parallel ranks is not trained (it cannot be spread over them; counted as "
+        "untrained)",
         choices=SHORT_BATCH_RULES,
     )
 

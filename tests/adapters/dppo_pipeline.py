@@ -170,14 +170,17 @@ class HostAppendGroup:
     DPPOActorTrainer counts the host's micro-batches (the real buffer's GRPO steps need process groups:
     test_dispatch.py runs them on two gloo ranks)."""
 
-    def __init__(self):
+    def __init__(self, dp=1):
         self.appended = []
         self.fitted = 0  # experiences already trained by an earlier fit()
-        self.forward = StandInGroup(logprob_fn(0.01, 0.05, 5), 1)
+        self.forward = StandInGroup(logprob_fn(0.01, 0.05, 5), dp)
+        self.dp = dp
 
     def async_run_method_batch(self, method_name, **kwargs):
         if method_name == "forward":
             return self.forward.async_run_method_batch(method_name, **kwargs)
+        if len(kwargs["experience"]) < self.dp:  # RayActorGroup's round robin: one batch per rank at least
+            raise ValueError(f"Insufficient batch size: {len(kwargs['experience'])} for {self.dp} actors")
         self.appended.extend(kwargs["experience"])
         return []
 
@@ -193,7 +196,7 @@ def controller(tmp_path, cfg, extra=(), dp=1, batch=6, n_prompts=24, reward=solv
     """A trainer with the real samples generator (stand-in engine), experience maker and, for DPPO, the
     per-rank DPPO replay buffers: a controller step without Ray."""
     args = make_args(base_argv(dp=dp, batch=batch, train_batch=8) + list(extra))
-    group = AppendGroup(dp, args) if cfg.enable else HostAppendGroup()
+    group = AppendGroup(dp, args) if cfg.enable else HostAppendGroup(dp)
     t = bare_trainer(args, cfg, RunDir(str(tmp_path / "run")), group)
     t.history = PromptHistory(n_prompts) if cfg.enable else None
     t.tokenizer, t.kl_ctl, t.vllm_engines = StandInTokenizer(), FixedKLController(0.0), None

@@ -275,3 +275,35 @@ def test_the_experience_side_forwards_stay_within_the_rollout_token_budget(dp):
     _, experiences, _ = kept_batch(dp=dp, prune=0.0, seed=5, extra=extra, actor=recording)
     assert batches and len(batches) % dp == 0 and max(batches) <= budget
     assert sum(rows) == sum(len(e.sequences) for e in experiences)  # each kept completion once
+
+
+def test_a_draw_rolled_out_to_fewer_completions_than_ranks_trains_them_beside_zero_weight_copies():
+    """A draw of 4 prompts x 4 (one train batch of 16) of which prompt pruning kept one (q = 0.25): 4
+    rollouts for 8 ranks. GRPO would make one step of the batch, and so does DPPO's plan, every rank
+    forwarding and running one sequence: the 4 kept and 4 zero-weight copies of the shortest. The step's
+    loss is that of the 4 kept under the full batch's normaliser; the copies count as fillers, never as
+    trained, and were never generated."""
+    from openrlhf_dppo.adapters.actor import micro_batch_counts
+
+    args = make_args(base_argv(dp=8, batch=4, train_batch=16))
+    G = args.rollout.n_samples_per_prompt
+    forward = StandInGroup(ACTOR, 8)  # asserts one forward batch per rank at least, as RayActorGroup does
+    maker = DPPOExperienceMaker(forward, None, None, None, FixedKLController(0.0), SimpleNamespace(args=args),
+                                StandInTokenizer(), dppo=DPPOConfig(), history=PromptHistory(4))  # fmt: skip
+    samples = rollout_batch(1, G, seed=7, binary=False)
+    experiences, ctx = make(maker, tag(samples, G, q=[0.25]), drawn=4)
+    plan = experiences.plan
+    assert plan.num_steps == 1 and [len(items) for items in plan.rank_items] == [1] * 8
+    assert forward.forwarded == 8 and ctx.metrics["dppo/completion_fillers"] == 4
+    assert ctx.metrics["samples/pruned"] == 0
+    real = [it for items in plan.rank_items for it in items if float(it.info[SAMPLE_WEIGHT]) != 0]
+    assert sorted(it.sequences.tolist() for it in real) == sorted(s.sequences[0].tolist() for s in samples)
+    buffers = buffers_for(plan, args)
+    counts = sum(micro_batch_counts(b.collate_fn([b[0]])) for b in buffers)
+    tokens = sum(int(s.action_mask.sum()) for s in samples)
+    assert counts[0] == 4 and counts[1] == tokens and counts[2] == 4  # trained: the 4 kept; fillers: 4
+    assert all(b.untrained_counts() == [0, 0] for b in buffers)
+    theta = torch.tensor(0.3)
+    z = ctx.metrics["dppo/normalizer_tokens"]
+    total = sum(loss_of(b.collate_fn([b[0]]), b.dynamic_batch_num_tokens[0], theta) for b in buffers)
+    torch.testing.assert_close(total, loss_of(make_experience_batch(real), z, theta), rtol=1e-6, atol=1e-8)

@@ -224,3 +224,56 @@ def test_dynamic_filtering_counts_the_dropped_groups_and_the_history_sees_them(t
         index = torch.tensor([int(p.split()[-1]) for p in dropped])
         assert t.history.count[index].tolist() == [1] * len(dropped)
         assert torch.isfinite(t.history.score(index, G)).all()  # no longer "unseen"
+
+
+def test_with_dynamic_filtering_dppo_takes_openrlhfs_step_count_from_the_accepted_groups(tmp_path):
+    """22 prompts, B = 6, G = 4, train batch 8, nothing pruned; every 4th prompt is all-solved and
+    filtered. Steps 1 and 2 draw 8 prompts each (2 filtered, 2 replacements): 6 groups accepted. Step 3
+    draws the last 6, 2 are filtered and nothing is left to replace them: 4 groups, 16 rollouts.
+    OpenRLHF's replay buffer makes min(6 x 4 // 8, 16 // 8) = 2 optimizer steps of them; so must DPPO's
+    plan (the 6 drawn would make 3)."""
+    t = controller(tmp_path, DPPOConfig(), extra=["--algo.dynamic_filtering_enable"], batch=6, n_prompts=22)
+    G, B, T = 4, 6, 8
+    made, accepted, drawn = [], [], []
+    for _ in range(3):
+        status, samples = one_step(t)
+        made.append(status["dppo/optimizer_steps"])
+        accepted.append(len(samples) // G)
+        drawn.append(status["prompts/drawn"])
+        assert status["samples/pruned"] == 0  # no pruning: only the filter removed groups
+    assert (drawn, accepted) == ([8, 8, 6], [6, 6, 4])
+    host = [min(B * G // T, n * G // T) for n in accepted]  # NaiveReplayBuffer.setup_dynamic_batch, one rank
+    assert made == host == [3, 3, 2]
+
+
+@pytest.mark.parametrize("rule", ["drop", "train"])
+@pytest.mark.parametrize("enable", [True, False])
+def test_a_short_last_batch_of_fewer_rollouts_than_ranks_is_counted_untrained_in_both_arms(
+    tmp_path, monkeypatch, enable, rule
+):
+    """5 prompts in batches of 2, 2, 1 x G = 4 on 8 data-parallel ranks (train batch 8): the last batch
+    holds 4 rollouts, fewer than the ranks. OpenRLHF's forwards need one rollout per rank (its run stops
+    there). Under drop it is smaller than a train batch; under train it cannot be spread over the ranks:
+    in both arms it is not trained and counted as untrained (generated = trained + pruned + untrained)."""
+    cfg = DPPOConfig(enable=enable, short_batch=rule)
+    half_right = lambda prompt, i: float(i % 2)  # noqa: E731  every group mixed: nothing pruned
+    t = controller(
+        tmp_path, cfg, dp=8, batch=2, n_prompts=5, extra=["--dppo.short_batch", rule], reward=half_right
+    )
+    warned = []
+    monkeypatch.setattr(trainer_module.logger, "warning", warned.append)
+    for _ in range(2):  # full batches: 8 rollouts, one train batch, trained
+        status, samples = one_step(t)
+        assert status["samples/trained"] == len(samples) == 8 and status["samples/untrained"] == 0
+    appended = 0 if enable else len(t.actor_model_group.appended)
+    status, samples = one_step(t)  # the short last batch
+    tokens = float(sum(int(s.action_mask.sum()) for s in samples))
+    assert len(samples) == 4 and status["samples/generated"] == 4.0
+    assert status["samples/trained"] == status["tokens/trained"] == 0.0
+    assert status["samples/untrained"] == 4.0 and status["tokens/untrained"] == tokens
+    assert status["samples/pruned"] == status["samples/fillers"] == 0.0  # no micro-batch ran
+    if enable:  # forwarded with zero-weight copies of its shortest rollout; the plan makes no step
+        assert status["dppo/optimizer_steps"] == 0.0 and status["dppo/completion_fillers"] == 4.0
+    else:  # sent to no rank, and the step says why
+        assert len(t.actor_model_group.appended) == appended
+        assert any("fewer than the 8 data-parallel ranks" in w for w in warned)
