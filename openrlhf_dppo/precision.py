@@ -31,6 +31,7 @@ import argparse
 import os
 import platform
 import sys
+from typing import Any
 
 from openrlhf_dppo import run_dir
 
@@ -165,7 +166,7 @@ def separate_inductor_cache(environ=None) -> str:
     """
     env = os.environ if environ is None else environ
     env.setdefault(INDUCTOR_PCH, "0")
-    config = sys.modules.get("torch._inductor.config")
+    config: Any = sys.modules.get("torch._inductor.config")
     if environ is None and config is not None:  # read at its import: too late for the variable
         config.cpp_cache_precompile_headers = env[INDUCTOR_PCH] == "1"
     given = env.get(INDUCTOR_CACHE)
