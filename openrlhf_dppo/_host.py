@@ -33,7 +33,7 @@ def check_openrlhf_version(installed: str | None = None) -> str:
     if version is None:
         raise OpenRLHFVersionError(
             f"openrlhf-dppo requires OpenRLHF {REQUIRED_OPENRLHF}, but OpenRLHF is not installed. "
-            f"GPU: pip install -e .[gpu]   CPU: bash scripts/setup_cpu.sh"
+            f"GPU: bash scripts/setup_gpu.sh   CPU: bash scripts/setup_cpu.sh"
         )
     if version != REQUIRED_OPENRLHF:
         raise OpenRLHFVersionError(

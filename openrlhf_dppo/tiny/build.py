@@ -60,6 +60,7 @@ import hashlib
 import json
 import os
 
+from openrlhf_dppo import precision
 from openrlhf_dppo.tiny import task
 from openrlhf_dppo.tiny.arithmetic import build_in_pinned_child, needs_pinned_child
 
@@ -208,6 +209,7 @@ def main(argv=None) -> None:
     except ValueError as e:
         ap.error(str(e))
     spec = json.loads(args.spec) if args.spec else {"warm": None, "extra": {}}
+    precision.separate_inductor_cache()  # before torch loads; the pinned child chooses its own (capped)
     if args.task == "countdown":
         from openrlhf_dppo.tiny import countdown  # loaded only when asked for (reasoning-gym)
 

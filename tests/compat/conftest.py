@@ -3,6 +3,7 @@ shell (say ``OPENRLHF_DPPO_CPU_DISABLE`` left set) cannot change what they check
 
 import pytest
 
+from openrlhf_dppo import precision
 from openrlhf_dppo.compat import cpu
 
 CPU_ENV = (
@@ -21,3 +22,6 @@ CPU_ENV = (
 def clean_cpu_env(monkeypatch):
     for name in CPU_ENV:
         monkeypatch.delenv(name, raising=False)
+    for name in precision.INDUCTOR_ENV:  # recorded even when unset: apply() sets them for good
+        monkeypatch.setenv(name, "x")
+        monkeypatch.delenv(name)

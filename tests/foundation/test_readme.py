@@ -99,3 +99,96 @@ def test_every_current_result_says_how_it_fares_against_the_equal_cost_control()
             cell = row[header.index(CONTROL)]
             # a ratio over the control's time, a control that did not reach the target, or no control run
             assert re.fullmatch(r"\d+\.\d+x.*|control not reached.*|not run", cell), row
+
+
+def _section(heading: str, text: str = README) -> str:
+    """A ``## heading`` section of the README, up to the next ``## ``."""
+    m = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert m, f"no section ## {heading}"
+    return m.group(1)
+
+
+def _refused_flags() -> set[str]:
+    """The OpenRLHF flags DPPO refuses by name (``FlagError``s of ``validate`` and
+    ``check_dppo_requirements`` in cli/validate.py, read from the source)."""
+    import ast
+
+    tree = ast.parse((ROOT / "openrlhf_dppo" / "cli" / "validate.py").read_text(encoding="utf-8"))
+    out = set()
+    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        if fn.name not in ("validate", "check_dppo_requirements"):
+            continue
+        for call in ast.walk(fn):
+            if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "FlagError":
+                flag = call.args[0]
+                if isinstance(flag, ast.Constant) and not flag.value.startswith("--dppo."):
+                    out.add(flag.value)
+    return out
+
+
+def test_the_readmes_refusal_list_names_every_flag_dppo_refuses():
+    section = _section("Swap your GRPO command")
+    refusals = section.split("DPPO refuses to start", 1)[1].split("\n\n", 1)[0]
+    flags = _refused_flags()
+    assert {"--vllm.num_engines", "--rollout.vllm_generate_batch_size", "--train.async_enable"} <= flags
+    missing = sorted(f for f in flags if f"`{f}" not in refusals)
+    assert not missing, f"README's list of refusals does not name {missing}"
+
+
+def test_the_status_says_which_sitting_ended_below_grpo():
+    status = " ".join(_section("Status").split())
+    block = re.search(r"<!-- current-results -->\n(.*?)<!-- /current-results -->", README, re.S).group(1)
+    final = _table_header(block).index("final vs GRPO")
+    below = [row for row in _table_rows(block) if row[final].endswith("below")]
+    assert below, "the check needs a row that ended below GRPO (update it when none does)"
+    for row in below:
+        figures = row[final].split(",")[0]  # "0.640 vs 0.654"
+        assert figures in status and "below GRPO" in status, row
+    assert "level with GRPO on both" not in status
+
+
+def test_the_check_flag_is_described_alike_and_as_the_script_does(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    quickstart = (ROOT / "docs" / "GPU_QUICKSTART.md").read_text(encoding="utf-8")
+    for name, text in (("README.md", README), ("docs/GPU_QUICKSTART.md", quickstart)):
+        said = " ".join(text.split())
+        assert "`--check` checks the build toolchain" in said, name
+        assert "once torch is installed (step 1)" in said and "before it builds flash-attn" in said, name
+    assert "--check tests the node first" not in README
+    # the script: without torch, --check stops and names step 1 ...
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('no torch here')\n")
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(tmp_path))
+    script = ROOT / "scripts" / "setup_gpu.sh"
+    proc = subprocess.run(
+        ["bash", str(script), "--check"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0 and "step 1 installs it" in proc.stdout + proc.stderr
+    # ... and the install runs the same check after step 4, right before it builds flash-attn
+    lines = [line.strip() for line in script.read_text().splitlines()]
+    flash = lines.index("pip_install --no-build-isolation flash-attn")
+    step4 = next(i for i, line in enumerate(lines) if line.startswith('echo "[setup-gpu] 4/6'))
+    assert "check_toolchain" in lines[step4:flash]
+
+
+def test_compare_is_introduced_with_the_eval_flag_its_accuracy_needs():
+    section = " ".join(_section("Reading the comparison report").split())
+    assert "`--eval.dataset`" in section
+    quoted = re.search(r'compare warns "([^"]+)"', section).group(1)
+    checks = (ROOT / "openrlhf_dppo" / "report" / "checks.py").read_text(encoding="utf-8")
+    assert f'"{quoted} in "' in checks  # the warning compare prints for a run without evaluations
+
+
+def test_the_readme_says_what_rollout_batch_size_counts_under_dppo():
+    from openrlhf_dppo.core.config import DPPOConfig
+
+    swap = " ".join(_section("Swap your GRPO command").split())
+    assert "under DPPO `--rollout.batch_size` counts the prompts drawn a step, pruned ones included" in swap
+    assert "`--dppo.prompt_batch refill` draws more" in swap
+    shrink = DPPOConfig(prompt_prune_rate=0.5)
+    refill = DPPOConfig(prompt_prune_rate=0.5, prompt_batch="refill", sampling="systematic")
+    assert shrink.prompts_drawn(128) == 128 < refill.prompts_drawn(128)

@@ -237,3 +237,30 @@ def test_waiting_for_nodes_times_out_with_a_readable_error():
     ):
         wait_for_nodes(f"127.0.0.1:{free_port()}", expected=2, timeout_s=2.0)  # nobody listens there
     assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.parametrize(
+    "gpus, present, runs",
+    [
+        ("8", (".venv", ".venv-gpu"), ".venv-gpu"),  # a GPU job: the GPU install's (scripts/setup_gpu.sh)
+        ("0", (".venv", ".venv-gpu"), ".venv"),  # a CPU job: make setup-cpu's
+        ("8", (".venv",), ".venv"),  # the other one when that is missing
+        (None, (".venv-gpu",), ".venv-gpu"),
+    ],
+)
+def test_the_sbatch_script_runs_the_venv_of_its_jobs_kind(tmp_path, gpus, present, runs):
+    # stand-in interpreters that say who they are and fail: the script stops after building the command
+    said = tmp_path / "said"
+    for venv in present:
+        python = tmp_path / venv / "bin" / "python"
+        python.parent.mkdir(parents=True)
+        python.write_text(f'#!/bin/sh\necho {venv} >> "{said}"\nexit 1\n')
+        python.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "SLURM_GPUS_ON_NODE")}
+    env.update(
+        SLURM_SUBMIT_DIR=str(tmp_path), CONFIG="c.yaml", **({"SLURM_GPUS_ON_NODE": gpus} if gpus else {})
+    )
+    sbatch = os.path.join(REPO, "slurm", "dppo_ray.sbatch")
+    proc = subprocess.run(["bash", sbatch], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "could not build the training command" in proc.stderr, proc.stderr
+    assert said.read_text().split() == [runs]

@@ -126,6 +126,7 @@ def worker_setup() -> None:
     from openrlhf_dppo._host import prepare_host
 
     device_choice.check_worker()
+    cpu_precision.separate_inductor_cache()  # the driver's folder, or this node's own environment's
     prepare_host()  # the flash-attn stand-in, when flash-attn is missing
     install(RAY_WORKER)
 
@@ -171,7 +172,7 @@ def apply(
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ["PYTHONPATH"] = worker_pythonpath()
-    cpu_precision.separate_inductor_cache()  # vllm-cpu's sampler is torch.compile'd
+    cpu_precision.separate_inductor_cache()  # vllm-cpu's sampler is torch.compile'd: a cache of this environment
     if precision is not None:
         # logged before the variable is set: the line says where the choice came from
         log(cpu_precision.describe(precision))

@@ -42,7 +42,7 @@ WORKER_ENV = (
     "OMP_NUM_THREADS",
     precision.ENV,  # the run's resolved precision (engine dtype)
     *precision.ISA_CAPS,  # an emulated CPU (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA) must be one everywhere
-    precision.INDUCTOR_CACHE,  # and its compiled kernels kept apart from an uncapped run's
+    *precision.INDUCTOR_ENV,  # torch.compile's cache: this environment's (and cap's), not the user-wide one
 )
 
 
