@@ -156,7 +156,8 @@ def build_dispatch(
         mb_counter += k
         per_rank += k
         agg["density_tokens"] += sum(lengths)
-        agg["slots"] += k * dp_size * capacity + sum(max(0, n - capacity) for n in lengths)  # core.pack_metrics
+        over = sum(max(0, n - capacity) for n in lengths)  # a longer sequence's slot: its length
+        agg["slots"] += k * dp_size * capacity + over
         agg["lower"] += m[K.PACK_LOWER_BOUND]
         agg["imbalance"] = max(agg["imbalance"], m[K.PACK_RANK_IMBALANCE])
         agg["empty"] += m[K.PACK_EMPTY_MICRO_BATCHES]

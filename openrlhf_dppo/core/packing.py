@@ -327,4 +327,12 @@ def micro_batch_capacity(max_tokens_per_gpu: int, ring_attn_size: int, tensor_pa
     return max_tokens_per_gpu * ring_attn_size * tensor_parallel_size
 
 
-__all__ = ["PACKERS", "PackPlan", "distribute", "fitting_bins", "micro_batch_capacity", "pack", "pack_metrics"]
+__all__ = [
+    "PACKERS",
+    "PackPlan",
+    "distribute",
+    "fitting_bins",
+    "micro_batch_capacity",
+    "pack",
+    "pack_metrics",
+]

@@ -87,3 +87,32 @@ def test_forward_partitions_properties(data, dp, budget, ring):
     lower = len(over) - (-(sum(lengths) - sum(over)) // capacity)
     assert len(parts) >= min(max(dp, -(-lower // dp) * dp), most) or not fits
     assert parts == forward_partitions(lengths, (budget, ring, 1), dp)  # deterministic
+
+
+@pytest.mark.usefixtures("stand_in_ray")
+@pytest.mark.parametrize("dp", [2, 4])
+def test_both_arms_log_their_forward_batches_and_the_largest_per_step(dp):
+    """The GRPO arm's are OpenRLHF's (its first-fit count rounded down to dp), DPPO's are
+    ``forward_partitions``' (nothing pruned here, so both forward the same rollouts)."""
+    from dppo_pipeline import args_for, dppo_maker, grpo_maker, make, tag
+    from dppo_stand_ins import rollout_batch
+
+    from openrlhf_dppo import metric_keys as K
+    from openrlhf_dppo.core import DPPOConfig
+
+    keep_all = DPPOConfig(drop_zero_advantage=False)  # nothing pruned, not even the A == 0 completions
+    budget = 64
+    args = args_for(dp=dp, extra=("--rollout.max_tokens_per_gpu", str(budget)))
+    G = args.rollout.n_samples_per_prompt
+    lengths = [int(s.total_length.item()) for s in rollout_batch(8, G, seed=5, binary=False)]
+    grpo, grpo_ctx = make(grpo_maker(args), tag(rollout_batch(8, G, seed=5, binary=False), G))
+    dppo, dppo_ctx = make(
+        dppo_maker(args, keep_all), tag(rollout_batch(8, G, seed=5, binary=False), G), drawn=8
+    )
+    host_count = max(dp, get_minimum_num_micro_batch_size(lengths, budget, 1, 1) // dp * dp)
+    ours = forward_partitions(lengths, (budget, 1, 1), dp)
+    for experiences, ctx, count in ((grpo, grpo_ctx, host_count), (dppo, dppo_ctx, len(ours))):
+        tokens = [int(e.total_length.sum()) for e in experiences]
+        assert ctx.metrics[K.FORWARD_BATCHES] == len(experiences) == count
+        assert ctx.metrics[K.FORWARD_TOKENS_MAX] == max(tokens)
+    assert dppo_ctx.metrics[K.FORWARD_TOKENS_MAX] <= budget < grpo_ctx.metrics[K.FORWARD_TOKENS_MAX]
