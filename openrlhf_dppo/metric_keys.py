@@ -50,6 +50,10 @@ SAMPLES_UNTRAINED, TOKENS_UNTRAINED = "samples/untrained", "tokens/untrained"
 TOKEN_KEYS = (TOKENS_GENERATED, TOKENS_TRAINED, TOKENS_PRUNED)
 SAMPLE_KEYS = (SAMPLES_GENERATED, SAMPLES_TRAINED, SAMPLES_PRUNED)
 TOKENS_PER_SEC = "perf/tokens_per_sec"
+# the step's experience-side forward batches (one actor / reference forward call each, over all ranks) and
+# the tokens of its largest: OpenRLHF's count (GRPO) may put more than --rollout.max_tokens_per_gpu x ring
+# x TP in one, DPPO's keeps each within it and may make more calls
+FORWARD_BATCHES, FORWARD_TOKENS_MAX = "perf/forward_batches", "perf/forward_tokens_max"
 
 # ---- DPPO: pruning levels (core/keep_probs.py, core/levels.py) -------------------------------------
 PROMPT_KEEP_FRAC = "dppo/prompt_keep_frac"  # realised kept fraction of the drawn prompts

@@ -7,7 +7,8 @@ The controller (trainer actor) plans; the actor ranks only follow the plan:
    least 1), reduced only when fewer than ``dp_size`` items per step are left. Pruning makes the
    steps cheaper; it does not remove steps, and a small kept set still trains.
 2. Each step is packed by ``core.pack`` under the per-GPU token budget; every rank gets the same
-   number of micro-batches (DeepSpeed reduces gradients collectively on every backward).
+   number of micro-batches (DeepSpeed reduces gradients collectively on every backward). A sequence
+   longer than the budget is a micro-batch of its own, as in OpenRLHF's dynamic batch.
 3. Each step's loss normalisers are the FULL batch's (METHOD.md condition 1) divided by the number
    of steps: ``batch_num_tokens = Z_tok / num_steps`` and ``global_batch_size = Z_seq / num_steps``.
    OpenRLHF's ``aggregate_loss`` multiplies by ``dp_size`` and DeepSpeed averages over ranks, so each
@@ -157,7 +158,8 @@ def build_dispatch(
         mb_counter += k
         per_rank += k
         agg["density_tokens"] += sum(lengths)
-        agg["slots"] += k * dp_size * capacity
+        over = sum(max(0, n - capacity) for n in lengths)  # a longer sequence's slot: its length
+        agg["slots"] += k * dp_size * capacity + over
         agg["lower"] += m[K.PACK_LOWER_BOUND]
         agg["imbalance"] = max(agg["imbalance"], m[K.PACK_RANK_IMBALANCE])
         agg["empty"] += m[K.PACK_EMPTY_MICRO_BATCHES]

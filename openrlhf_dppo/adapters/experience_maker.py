@@ -39,6 +39,11 @@ would train (``_step_groups``: with dynamic filtering the accepted ones, as Open
 ``CountingExperienceMaker`` (GRPO, ``--dppo.enable false``): OpenRLHF's maker with its group statistics
 taken in float64 (as ``core.group_advantages`` takes them); it counts ``samples|tokens/pruned`` as 0
 (nothing is pruned). What is trained is counted by the actors, as for DPPO (``adapters.actor``).
+
+Both makers log the step's forward batches (``perf/forward_batches``, ``perf/forward_tokens_max``):
+GRPO's are OpenRLHF's (``split_rollout_samples``, its count rounded down to a multiple of dp: a batch
+can exceed ``--rollout.max_tokens_per_gpu``), DPPO's are ``adapters.packing.forward_partitions`` (within
+it, and then sometimes more calls).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from openrlhf_dppo.adapters.dispatch import (
     mark_short_batch_rule,
     num_optimizer_steps,
 )
+from openrlhf_dppo.adapters.packing import forward_partitions
 from openrlhf_dppo.adapters.samples_generator import response_tokens
 from openrlhf_dppo.adapters.step import PlannedExperiences, PromptDraw, StepContext
 from openrlhf_dppo.core import (
@@ -208,6 +214,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
             train_weights = torch.cat([train_weights, train_weights.new_zeros(copies)])
         metrics[rd.COMPLETION_FILLERS] = float(len(kept_samples) - len(kept))
         experiences = self.make_experience(self._forward_batches(kept_samples, dp))
+        metrics.update(forward_batch_metrics(experiences))
         metrics.update(
             self._set_advantages(experiences, adv_flat[train_ids], train_weights, rewards, train_ids)
         )
@@ -333,29 +340,11 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         return items
 
 
-def forward_partitions(lengths: list[int], budget: tuple[int, int, int], dp: int) -> list[list[int]]:
-    """Index lists of the experience-side forward batches: a multiple of ``dp`` of them, each holding at
-    most ``budget[0] * budget[1] * budget[2]`` tokens (OpenRLHF's per-GPU budget x ring x TP).
-
-    OpenRLHF's ``split_rollout_samples`` rounds the first-fit batch count DOWN to a multiple of the
-    data-parallel size, so a batch can hold up to about twice the budget (first fit 2 dp - 1 -> dp
-    batches); at 32k tokens and a 152k vocabulary that is tens of GB of fp32 logits. Here the count is
-    rounded UP and raised by ``dp`` until the balanced partitions fit. Each length is within the budget
-    (``cli.validate``), so they fit at one sequence a batch; only where the rollouts are not a multiple
-    of ``dp`` and the last multiple below their count still does not fit is a batch left over it."""
-    from openrlhf.utils.seqlen_balancing import (
-        get_minimum_num_micro_batch_size,
-        get_seqlen_balanced_partitions,
-    )
-
-    capacity = micro_batch_capacity(*budget)
-    need = get_minimum_num_micro_batch_size(lengths, *budget)
-    k = max(dp, -(-need // dp) * dp)
-    while True:
-        parts = get_seqlen_balanced_partitions(lengths, k, False)
-        if max(sum(lengths[i] for i in p) for p in parts) <= capacity or k + dp > len(lengths):
-            return [sorted(p) for p in parts]
-        k += dp
+def forward_batch_metrics(experiences) -> dict:
+    """The step's forward batches (one batched ``Experience`` each) and the tokens of the largest, logged
+    by both arms so that the step-time comparison shows where their forward calls differ."""
+    tokens = [int(torch.as_tensor(e.total_length).sum()) for e in experiences]
+    return {rd.FORWARD_BATCHES: float(len(tokens)), rd.FORWARD_TOKENS_MAX: float(max(tokens, default=0))}
 
 
 class CountingExperienceMaker(RemoteExperienceMaker):
@@ -384,6 +373,7 @@ class CountingExperienceMaker(RemoteExperienceMaker):
     @torch.no_grad()
     def make_experience_batch(self, rollout_samples):
         experiences = super().make_experience_batch(rollout_samples)
+        rollout_samples.ctx.metrics.update(forward_batch_metrics(experiences))
         mark_short_batch_rule(experiences, self.short_batch == "train")  # read by the actors' buffer
         rollout_samples.ctx.add({rd.SAMPLES_PRUNED: 0, rd.TOKENS_PRUNED: 0})
         return experiences

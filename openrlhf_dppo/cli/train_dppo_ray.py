@@ -37,7 +37,7 @@ from types import SimpleNamespace
 from typing import Callable, Sequence
 
 from openrlhf_dppo.cli.flags import add_dppo_arguments, expand_mode
-from openrlhf_dppo.cli.validate import FlagError, validate
+from openrlhf_dppo.cli.validate import FlagError, limit_notices, validate
 from openrlhf_dppo.compat import cpu
 from openrlhf_dppo.precision import prepare_parser
 
@@ -172,7 +172,8 @@ def main(
             state.cfg, state.opts = validate(vars(ns), check_inputs=check_inputs)
         except FlagError as err:  # the message alone: OpenRLHF's usage text runs to hundreds of lines
             parser.exit(2, f"{parser.prog}: error: {err}\n")
-        for line in ([mode_note] if mode_note and state.cfg.enable else []) + state.cfg.notices():
+        notes = state.cfg.notices() + limit_notices(vars(ns), state.cfg.enable)
+        for line in ([mode_note] if mode_note and state.cfg.enable else []) + notes:
             print(f"[openrlhf-dppo] {line}")
         if state.cfg.enable and not getattr(ns, "train.dynamic_batch_enable"):
             print("[openrlhf-dppo] DPPO trains packed micro-batches: turning on --train.dynamic_batch_enable")

@@ -10,8 +10,9 @@ this order:
    rollouts (``--reward.remote_url`` or ``--train.agent_func_path``), a group advantage estimator, ...
 3. The conditions OpenRLHF 0.11.2 asserts (``check_host_asserts``: in its validation, or later in
    ``train`` after Ray started), so that they fail here with the flag's name instead of a bare
-   AssertionError; then budgets and sequence limits (both arms where the host needs them too), a
-   sequence against a micro-batch's capacity (``core.micro_batch_capacity``, the packer's).
+   AssertionError; then budgets and sequence limits (both arms where the host needs them too). A
+   ``--data.max_len`` over a micro-batch's capacity (``core.micro_batch_capacity``, the packer's) is no
+   refusal: ``limit_notices`` gives the start-up line (a longer rollout is a micro-batch of its own).
 4. The inputs named on the command line exist (``check_inputs``; both arms): model, datasets, reward
    file or URL, agent file; and what ``cli.inputs`` checks on them (the reward or agent file imports and
    has OpenRLHF's function or class, a reward URL answers, the dataset's first record has the keys, the
@@ -160,7 +161,7 @@ def check_dppo_requirements(flags: dict, cfg: DPPOConfig) -> None:
 
 def check_limits(flags: dict, dppo: bool) -> None:
     """Token budgets and sequence limits. Packed micro-batches (DPPO, or --train.dynamic_batch_enable)
-    need positive budgets and vLLM engines; DPPO needs every possible sequence to fit the budget."""
+    need positive budgets and vLLM engines."""
     max_len, new = flags["data.max_len"], flags["rollout.max_new_tokens"]
     if max_len < 2:
         raise FlagError(
@@ -189,19 +190,24 @@ def check_limits(flags: dict, dppo: bool) -> None:
         budget = flags[flag]
         if budget is not None and budget < 1:
             raise FlagError(f"--{flag}", f"{budget}: a token budget per GPU must be >= 1")
+
+
+def limit_notices(flags: dict, dppo: bool) -> list[str]:
+    """What the start-up prints about the sequence limits (DPPO only): a rollout that can be longer than a
+    micro-batch's capacity trains (and is forwarded) in a micro-batch of its own, as OpenRLHF runs it."""
+    max_len = flags["data.max_len"]
     budget, ring, tp = (
         flags[f] for f in ("train.max_tokens_per_gpu", "ds.ring_attn_size", "ds.tensor_parallel_size")
     )
     capacity = micro_batch_capacity(budget, ring, tp)
-    if dppo and max_len > capacity:
-        raise FlagError(
-            "--data.max_len",
-            f"{max_len} exceeds a micro-batch's {capacity} tokens (--train.max_tokens_per_gpu {budget} x "
-            f"--ds.ring_attn_size {ring} x --ds.tensor_parallel_size {tp}): a rollout (prompt + response) can be "
-            "--data.max_len tokens long, and DPPO's packer never splits or truncates a sequence. Lower "
-            "--data.max_len (with --rollout.max_new_tokens), or raise --train.max_tokens_per_gpu or "
-            "--ds.ring_attn_size.",
-        )
+    if not dppo or max_len <= capacity:
+        return []
+    return [
+        f"--data.max_len {max_len} exceeds a micro-batch's {capacity} tokens (--train.max_tokens_per_gpu "
+        f"{budget} x --ds.ring_attn_size {ring} x --ds.tensor_parallel_size {tp}): a rollout longer than that "
+        "trains in a micro-batch of its own, over the budget (and, past --rollout.max_tokens_per_gpu x ring x "
+        "TP, is forwarded in a batch of its own), as OpenRLHF runs it: never split or truncated"
+    ]
 
 
 def check_steps_per_batch(flags: dict, dppo: bool, short_batch: str) -> None:

@@ -42,7 +42,7 @@ from openrlhf_dppo.core.keep_probs import (
 )
 from openrlhf_dppo.core.levels import Draw, prune_completions, prune_prompts
 from openrlhf_dppo.core.metrics import REQUIRED_KEYS, keep_metrics, reward_stats
-from openrlhf_dppo.core.packing import PACKERS, PackPlan, micro_batch_capacity, pack
+from openrlhf_dppo.core.packing import PACKERS, PackPlan, fitting_bins, micro_batch_capacity, pack
 from openrlhf_dppo.core.rate_control import RATE_CONTROLS, PromptRateControl
 from openrlhf_dppo.core.registry import Registry
 from openrlhf_dppo.core.sampling import (
@@ -89,6 +89,7 @@ __all__ = [
     "Registry",
     "combine_weights",
     "completion_keep_probs",
+    "fitting_bins",
     "fixed_size_probs",
     "fold_weights",
     "full_batch_normalizer",

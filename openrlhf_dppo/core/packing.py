@@ -24,10 +24,17 @@ sequences exist at all is an empty micro-batch added (``dppo/pack_empty_micro_ba
 then dealt to ranks largest first, each to the lightest rank that still has fewer than k (LPT with a
 cardinality limit). Every rank gets exactly k micro-batches. Zero sequences give k = 0.
 
-Metrics: ``dppo/pack_density`` = tokens / (all micro-batches * capacity); ``dppo/pack_micro_batches``
-= k (per rank); ``dppo/pack_lower_bound`` = ceil(max(ceil(tokens / capacity), #sequences longer than
-capacity / 2) / dp_size), a lower bound on k for any packer; ``dppo/pack_rank_imbalance`` = max rank
-tokens / mean rank tokens.
+A sequence longer than ``capacity`` goes into a micro-batch of its own, never split or truncated
+(``pack``, before any packer runs; ``fitting_bins``): as OpenRLHF's dynamic batch does, whose first fit
+opens a micro-batch for it that nothing else enters. This departs from METHOD.md ("A sequence longer
+than C is an error"): a run whose ``--data.max_len`` exceeds the capacity trains as OpenRLHF trains it
+(``cli.validate`` says so at start), with that one micro-batch over the budget.
+
+Metrics: ``dppo/pack_density`` = tokens / the micro-batches' slots (``capacity`` each, a longer
+sequence's own length for its micro-batch); ``dppo/pack_micro_batches`` = k (per rank);
+``dppo/pack_lower_bound`` = ceil(max(#longer than capacity + ceil(the others' tokens / capacity),
+#longer than capacity / 2) / dp_size), a lower bound on k for any packer; ``dppo/pack_rank_imbalance``
+= max rank tokens / mean rank tokens.
 """
 
 from __future__ import annotations
@@ -252,6 +259,23 @@ def distribute(
     return ranks, rank_loads, empty
 
 
+def fitting_bins(
+    lengths: np.ndarray, capacity: int, window: int = 8, packer: str = "window"
+) -> tuple[list[list[int]], list[int]]:
+    """lengths (n,) int64 >= 1 -> (bins, loads): every sequence longer than ``capacity`` alone in a bin
+    (in index order), then ``packer``'s bins of the others (indices into ``lengths``)."""
+    fn = PACKERS.get(packer)
+    over = np.flatnonzero(lengths > capacity)
+    rest = np.flatnonzero(lengths <= capacity)
+    bins: list[list[int]] = [[int(i)] for i in over]
+    loads = [int(lengths[i]) for i in over]
+    if rest.size:
+        packed, packed_loads = fn(lengths[rest], capacity, window)
+        bins += [[int(rest[j]) for j in b] for b in packed]
+        loads += list(packed_loads)
+    return bins, loads
+
+
 def pack(
     lengths, capacity: int, dp_size: int = 1, window: int = 8, packer: str = "window"
 ) -> tuple[PackPlan, dict]:
@@ -260,25 +284,16 @@ def pack(
     lengths: (n,) ints (list, numpy or torch), the full length (prompt + response) of each sequence.
     capacity: tokens per micro-batch (per GPU).  dp_size: data-parallel ranks.  window: open bins
     (``window`` packer).  packer: a name in ``PACKERS``.
-    returns: (PackPlan, metrics). Raises ValueError for a sequence longer than ``capacity`` (naming the
-    index, its length and the capacity), a length < 1, capacity < 1, dp_size < 1 or window < 1.
+    returns: (PackPlan, metrics). A sequence longer than ``capacity`` is a micro-batch of its own (module
+    docstring). Raises ValueError for a length < 1, capacity < 1, dp_size < 1 or window < 1.
     """
-    fn = PACKERS.get(packer)
     if capacity < 1 or dp_size < 1 or window < 1:
         raise ValueError(f"capacity, dp_size and window must be >= 1 (got {capacity}, {dp_size}, {window})")
     lens = _lengths(lengths)
-    if lens.size:
-        too_long = np.flatnonzero(lens > capacity)
-        if too_long.size:
-            i = int(too_long[0])
-            raise ValueError(
-                f"sequence {i} has {int(lens[i])} tokens, more than the micro-batch capacity {capacity} "
-                f"({too_long.size} such sequences); raise the capacity or cap the generation length"
-            )
-        if lens.min() < 1:
-            i = int(np.argmin(lens))
-            raise ValueError(f"sequence {i} has length {int(lens[i])}; every sequence needs >= 1 token")
-    bins, loads = fn(lens, int(capacity), int(window))
+    if lens.size and lens.min() < 1:
+        i = int(np.argmin(lens))
+        raise ValueError(f"sequence {i} has length {int(lens[i])}; every sequence needs >= 1 token")
+    bins, loads = fitting_bins(lens, int(capacity), int(window), packer)
     ranks, rank_loads, empty = distribute(bins, loads, lens, int(dp_size))
     plan = PackPlan(rank_micro_batches=ranks, rank_loads=rank_loads, capacity=int(capacity))
     return plan, pack_metrics(lens, plan, dp_size, empty)
@@ -287,11 +302,15 @@ def pack(
 def pack_metrics(lengths: np.ndarray, plan: PackPlan, dp_size: int, empty: int = 0) -> dict:
     total = int(lengths.sum())
     k = plan.micro_batches_per_rank
-    n_big = int((lengths * 2 > plan.capacity).sum())
-    lower = -(-max(-(-total // plan.capacity), n_big) // dp_size)
+    cap = plan.capacity
+    over = lengths > cap
+    n_big = int((lengths * 2 > cap).sum())
+    lower = -(-max(int(over.sum()) - (-int(lengths[~over].sum()) // cap), n_big) // dp_size)
+    # a micro-batch's slot: the capacity, or the length of the longer sequence it holds alone
+    slots = k * dp_size * cap + int((lengths[over] - cap).sum())
     mean_load = total / dp_size
     return {
-        PACK_DENSITY: total / (k * dp_size * plan.capacity) if k else 0.0,
+        PACK_DENSITY: total / slots if k else 0.0,
         PACK_MICRO_BATCHES: float(k),
         PACK_LOWER_BOUND: float(lower),
         PACK_RANK_IMBALANCE: max(plan.rank_loads) / mean_load if total else 1.0,
@@ -308,4 +327,12 @@ def micro_batch_capacity(max_tokens_per_gpu: int, ring_attn_size: int, tensor_pa
     return max_tokens_per_gpu * ring_attn_size * tensor_parallel_size
 
 
-__all__ = ["PACKERS", "PackPlan", "distribute", "micro_batch_capacity", "pack", "pack_metrics"]
+__all__ = [
+    "PACKERS",
+    "PackPlan",
+    "distribute",
+    "fitting_bins",
+    "micro_batch_capacity",
+    "pack",
+    "pack_metrics",
+]

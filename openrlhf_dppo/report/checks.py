@@ -19,7 +19,9 @@ analyses (``report.at_time``, ``report.lossless``, ``report.curve_noise``: all b
    eval point says the curve still moves at its end; a baseline whose mean curve rose over its last
    quarter by more than its final's noise has a target at the end of a climb (``report.curves`` rule 6).
 6. **Speedups**: a step-time speedup above the ideal that the measured rollout and pruning rates allow
-   is not pruning's alone.
+   is not pruning's alone; arms whose experience-side forward batches differ in number
+   (``perf/forward_batches``: OpenRLHF rounds its count down, DPPO keeps each batch within the rollout
+   token budget) have that difference in their step times.
 7. **The rest**: seeds of one arm without an eval, at different eval steps or with different configs;
    a baseline that is not GRPO; runs at the reward target from their first step; training rewards of
    different kinds; eval_results.json files with different k or benchmarks.
@@ -148,7 +150,24 @@ def comparison_warnings(c: Comparison) -> list[str]:
             f"that its measured rollout and pruning rates allow ({c.step_efficiency:.0%}): pruning alone "
             "does not explain it (packing, the machine or its load, or a config difference does)"
         )
-    return out
+    return out + forward_batch_warnings(c)
+
+
+def forward_batch_warnings(c: Comparison) -> list[str]:
+    """The arms' experience-side forward batches per step differ (check 6; runs that log them)."""
+    arms = (c.other, c.baseline)
+    batches = [arm.mean_of("forward_batches") for arm in arms]
+    if None in batches or batches[0] == batches[1]:
+        return []
+    largest = [max((s.forward_tokens_max or 0.0 for s in arm.members), default=0.0) for arm in arms]
+    (o, b), (ot, bt) = batches, largest
+    return [
+        f"{c.other.name} made {o:g} experience-side forward batches per step (median; the largest "
+        f"{ot:,.0f} tokens), {c.baseline.name} {b:g} (the largest {bt:,.0f}): OpenRLHF (GRPO) rounds its "
+        "count down to a multiple of the data-parallel size, so a batch can exceed --rollout.max_tokens_per_gpu "
+        "x ring x TP, while DPPO keeps each within it where the samples allow; the step times include that difference (fewer, larger "
+        "forward calls: less time, more memory)"
+    ]
 
 
 def curve_warnings(arm: Arm, target: float | None, baseline: bool) -> list[str]:

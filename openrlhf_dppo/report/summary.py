@@ -86,6 +86,10 @@ class RunSummary:
     heldout: Curve | None = None  # set by the report once the held-out dataset is chosen
     clock_notes: list[str] = field(default_factory=list)
     time_to_target: float | None = None  # training time to the training-reward target
+    # experience-side forward batches per step (median perf/forward_batches) and the largest one's tokens
+    # (max perf/forward_tokens_max) after warm-up; None: not logged
+    forward_batches: float | None = None
+    forward_tokens_max: float | None = None
     arm: str = ""
 
     @property
@@ -241,6 +245,8 @@ def summarize(run: Run, settings: Settings) -> RunSummary:
         restart_startup=restart_startup,
         eval_time=sum(eval_times) if eval_times else None,
         step_time=step_time,
+        forward_batches=S.median_or_none(series(used, R.FORWARD_BATCHES)[1]),
+        forward_tokens_max=max(series(used, R.FORWARD_TOKENS_MAX)[1], default=None),
         phases=phases,
         generation_share=S.ratio_or_none(phases[R.GENERATION], step_time),
         lossless_ratio=_lossless_ratio(used),

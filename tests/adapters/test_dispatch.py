@@ -120,12 +120,22 @@ def test_an_empty_micro_batch_gets_a_zero_weight_filler_that_adds_nothing():
     assert g_total == g_real
 
 
-def test_a_sequence_longer_than_the_budget_is_an_error():
-    maker, experiences, _ = kept_batch(dp=1, prune=0.0, n_prompts=2, train_batch=8)
+@pytest.mark.parametrize("packer", ["window", "ffd", "openrlhf"])
+def test_a_sequence_longer_than_the_budget_trains_in_a_micro_batch_of_its_own(packer):
+    """As OpenRLHF's dynamic batch trains it (its first fit opens a micro-batch nothing else enters)."""
+    maker, experiences, _ = kept_batch(dp=2, prune=0.0, n_prompts=2, train_batch=8)
     items = maker._single_items(experiences)
-    longest = max(int(it.total_length) for it in items)
-    with pytest.raises(ValueError, match="capacity"):
-        build_dispatch(items, 1, longest - 1, 1, 1.0, 1.0)
+    lengths = [int(it.total_length) for it in items]
+    capacity = max(lengths) - 1  # the longest is over it
+    plan = build_dispatch(items, 2, capacity, 1, 1.0, 1.0, packer=packer)
+    micro_batches: dict = {}
+    for r, rank in enumerate(plan.rank_items):  # micro-batch m of rank r: key (r, m)
+        for it in rank:
+            micro_batches.setdefault((r, float(it.info[PLAN_KEYS[0]])), []).append(int(it.total_length))
+    assert sorted(n for mb in micro_batches.values() for n in mb) == sorted(lengths)
+    alone = [len(mb) for mb in micro_batches.values() if max(mb) > capacity]
+    assert alone == [1] * lengths.count(max(lengths))
+    assert all(sum(mb) <= capacity for mb in micro_batches.values() if max(mb) <= capacity)
 
 
 def _free_port() -> int:

@@ -13,8 +13,9 @@ Only the flag lists are taken, in the scripts' order. What changed in retyping:
   (``{MODEL}``, ``{DATA}``, ...) that the test replaces with small files it creates (``materialize``);
   a wandb key placeholder becomes a dummy string (parsing never logs in).
 
-Each entry says what DPPO does with the command as it stands (``dppo``: None = accepted, else the flag
-its refusal names, with a part of the documented reason), and what ``--dppo.enable false`` does
+Each entry says what DPPO does with the command as it stands (``dppo``: None = accepted, with a part of
+the start-up line it prints about the command if any; else the flag its refusal names, with a part of
+the documented reason), and what ``--dppo.enable false`` does
 (``baseline``: None = accepted with OpenRLHF's own namespace; else the flag it refuses).
 """
 
@@ -42,6 +43,7 @@ class Example:
     baseline_reason: str = ""
     renamed: tuple[str, ...] = ()  # 0.11.0 flags retyped to 0.11.2's (see the module docstring)
     variant: str = ""  # set when the entry is a documented variant of the script, not the script itself
+    dppo_notice: str = ""  # a part of the line DPPO's start-up prints about the command (accepted ones)
 
 
 GAE = "a critic (GAE) needs every sequence"
@@ -258,7 +260,8 @@ README_RL_TRAINING = (
     "--logger.wandb.key", "{WANDB}",
 )  # fmt: skip
 
-MAX_LEN = "exceeds a micro-batch's 32384 tokens"
+#: --data.max_len 74,240 over --train.max_tokens_per_gpu 16,192 x ring 2: accepted, a longer rollout alone
+MAX_LEN = "--data.max_len 74240 exceeds a micro-batch's 32384 tokens"
 
 EXAMPLES = (
     Example("train_ppo_ray_hybrid_engine.sh", PPO_RAY_HYBRID_ENGINE, "--algo.advantage.estimator", GAE,
@@ -268,9 +271,9 @@ EXAMPLES = (
     Example("train_dapo_ray_hybrid_engine.sh", DAPO_RAY_HYBRID_ENGINE, renamed=RENAMED_TIS),
     Example("train_prorlv2_math_hybrid_engine.sh", PRORLV2_MATH_HYBRID_ENGINE, renamed=RENAMED_ICEPOP),
     Example("train_reinforce_baseline_hybrid_engine.sh", _reinforce_baseline_hybrid_engine("reinforce_baseline"),
-            "--data.max_len", MAX_LEN, renamed=RENAMED_ICEPOP),
+            renamed=RENAMED_ICEPOP, dppo_notice=MAX_LEN),
     Example("train_reinforce_baseline_hybrid_engine.sh", _reinforce_baseline_hybrid_engine("group_norm"),
-            "--data.max_len", MAX_LEN, renamed=RENAMED_ICEPOP,
+            renamed=RENAMED_ICEPOP, dppo_notice=MAX_LEN,
             variant="GRPO: --algo.advantage.estimator group_norm, as the README lists for this script"),
     Example("train_reinforce_baseline_ray_agent_async.sh", REINFORCE_BASELINE_RAY_AGENT_ASYNC,
             "--train.async_enable", ASYNC, baseline="--train.async_enable", baseline_reason=ASYNC,

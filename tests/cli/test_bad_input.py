@@ -104,11 +104,6 @@ REFUSED = {
         lambda a: replaced(a, "--train.batch_size", "32"), "--train.batch_size",
         "32 exceeds a rollout batch of --rollout.batch_size 4 x --rollout.n_samples_per_prompt 4 = 16",
     ),
-    "max-len-over-the-token-budget": (
-        lambda a: replaced(a, "--data.max_len", "256"), "--data.max_len",
-        "256 exceeds a micro-batch's 128 tokens (--train.max_tokens_per_gpu 128 x --ds.ring_attn_size 1 x "
-        "--ds.tensor_parallel_size 1)",
-    ),
     "no-room-for-the-prompt": (
         lambda a: replaced(a, "--rollout.max_new_tokens", "64"), "--rollout.max_new_tokens",
         "leaves no room for the prompt within --data.max_len 64",

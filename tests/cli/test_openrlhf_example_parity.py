@@ -7,7 +7,9 @@ For every example, with its paths replaced by small local files:
   less the ``dppo`` group -- or, for the one example the baseline refuses (async training), refuses it
   naming the flag, for the reason FLAGS.md documents;
 - DPPO (the defaults, and ``--dppo.mode recommended``) accepts it, changing only what turning on the packed
-  micro-batches changes, or refuses it with status 2 and a message that names the flag and the documented reason.
+  micro-batches changes (and prints what it runs differently from the command's look, e.g. a rollout longer
+  than a micro-batch trained alone), or refuses it with status 2 and a message that names the flag and the
+  documented reason.
 """
 
 from __future__ import annotations
@@ -40,6 +42,15 @@ def refusal(argv: list[str], capsys) -> str:
         cli.main(argv, train_fn=called.append, check_inputs=True)
     assert exc.value.code == 2 and not called
     return capsys.readouterr().err
+
+
+def test_dppo_accepts_openrlhfs_long_context_reinforce_examples():
+    """OpenRLHF runs them with --data.max_len 74,240 over a micro-batch's 32,384 tokens (a longer sequence
+    in a micro-batch of its own); DPPO accepts them in the same way and says so at start."""
+    long_context = [e for e in EXAMPLES if e.name == "train_reinforce_baseline_hybrid_engine.sh"]
+    assert len(long_context) == 2 and all(e.dppo is None and e.dppo_notice for e in long_context)
+    dppo_refusals = {e.dppo for e in EXAMPLES if e.dppo}
+    assert "--data.max_len" not in dppo_refusals
 
 
 def test_the_examples_cover_the_grpo_dapo_reinforce_prorl_and_slurm_scripts():
@@ -76,7 +87,10 @@ def test_dppo_accepts_the_example_or_refuses_it_by_name_for_a_documented_reason(
     argv = materialize(example, tmp_path)
     if example.dppo is None:
         host = comparable(openrlhf_parse(argv))
+        capsys.readouterr()
         ours = comparable(parse(argv, check_inputs=True))
+        if example.dppo_notice:  # said at start, as one line
+            assert any(example.dppo_notice in line for line in capsys.readouterr().out.splitlines())
         assert ours["dppo.enable"] is True and ours["train.dynamic_batch_enable"] is True
         ours = {k: v for k, v in ours.items() if not k.startswith("dppo.")}
         assert ours.keys() == host.keys()
@@ -98,7 +112,6 @@ def test_every_expected_refusal_is_a_documented_reason(reason):
     documented = {
         "a critic (GAE) needs every sequence": "a critic needs every sequence",
         "OpenRLHF 0.11.2's async trainer leaves no seam": "OpenRLHF 0.11.2's async trainer leaves no seam",
-        "exceeds a micro-batch's 32384 tokens": "the packer never splits or truncates a sequence",
         "does not support for vision-language models": "no images",
     }
     assert documented[reason] in docs

@@ -88,7 +88,6 @@ def test_every_flag_defaults_to_its_field_default_and_run_options_parse():
          "--dppo.prompt_batch"),
         (["--rollout.vllm_generate_batch_size", "8"], "--rollout.vllm_generate_batch_size"),
         (["--actor.aux_loss_coef", "0.01"], "--actor.aux_loss_coef"),
-        (["--data.max_len", "20000"], "--data.max_len"),
         (["--rollout.max_new_tokens", "4096"], "--rollout.max_new_tokens"),
         (["--train.max_tokens_per_gpu", "0"], "--train.max_tokens_per_gpu"),
         (["--rollout.max_tokens_per_gpu", "-1"], "--rollout.max_tokens_per_gpu"),

@@ -209,3 +209,31 @@ def test_too_few_eval_points_for_the_window_give_no_smoothed_value_and_say_so(tm
         in (" ".join(rep.warnings))
     )
     assert "no smoothed held-out value in dppo and grpo: time to accuracy not measured" in headline(rep)[0]
+
+
+def _log_forward_batches(path, batches: float, largest: float):
+    """Add the experience-side forward batch metrics to every train line of a run's metrics.jsonl."""
+    lines = [json.loads(x) for x in (path / R.METRICS).read_text().splitlines()]
+    for line in lines:
+        if line[R.KIND] == R.TRAIN:
+            line.update({R.FORWARD_BATCHES: batches, R.FORWARD_TOKENS_MAX: largest})
+    (path / R.METRICS).write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_arms_whose_forward_batches_differ_are_named_beside_the_step_times(tmp_path, rundirs):
+    grpo, dppo = _pair(tmp_path, rundirs)
+    rep = _report(grpo, dppo)
+    assert not any("forward batches" in w for w in rep.warnings)  # runs that do not log them
+    _log_forward_batches(grpo, 40.0, 49_700.0)  # OpenRLHF's count, rounded down: over a 32k budget
+    _log_forward_batches(dppo, 48.0, 32_000.0)
+    rep = _report(grpo, dppo)
+    assert rep.arms[0].members[0].forward_batches == 40.0
+    assert (
+        "dppo made 48 experience-side forward batches per step (median; the largest 32,000 tokens), grpo 40 "
+        "(the largest 49,700): OpenRLHF (GRPO) rounds its count down to a multiple of the data-parallel size, "
+        "so a batch can exceed --rollout.max_tokens_per_gpu x ring x TP, while DPPO keeps each within it where "
+        "the samples allow; the step times include that difference (fewer, larger forward calls: less time, "
+        "more memory)" in rep.warnings
+    )
+    _log_forward_batches(dppo, 40.0, 31_000.0)  # the same count: nothing to say
+    assert not any("forward batches" in w for w in _report(grpo, dppo).warnings)
