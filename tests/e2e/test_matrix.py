@@ -152,7 +152,7 @@ DP2 = [
     "--actor.entropy_coef", "0.01", "--actor.policy_loss_type", "gspo", "--actor.gradient_checkpointing_enable",
     "--eval.dataset", f"{TINY}/data/eval.jsonl", "--eval.steps", "1",
     "--eval.n_samples_per_prompt", "1", "--eval.temperature", "0",
-    "--ckpt.save_steps", "1",
+    "--ckpt.save_steps", "1", "--dppo.prompt_policy", "sqrt",
 ]  # fmt: skip
 
 
@@ -177,6 +177,11 @@ def dp2_resumed(dp2, tmp_path_factory):
 def test_dp2_zero3_with_reference_kl_entropy_gspo_eval_and_checkpoints(dp2):
     rows = check_run(dp2, [1, 2], dp=2)
     check_unpruned_first_step(rows[0])
+    config = json.load(open(os.path.join(dp2["out"], "run_config.json")))
+    assert config["dppo"]["prompt_policy"] == "sqrt", config["dppo"]
+    # the variance-optimal rule's cost c_j: each rolled-out prompt's response tokens, kept in the checkpoint
+    history = checkpoint_state(os.path.join(dp2["out"], "ckpt"), 1)["history"]
+    assert (history["tokens"][:DATA] > 0).all() and (history["count"][:DATA] == 1).all(), history
     assert rows[1]["dppo/prompt_unseen_frac"] == 0.0  # step 1 rolled out every prompt
     for r in rows:
         # KL in the loss and entropy give an A == 0 completion a gradient: the exact drop is off
@@ -271,6 +276,7 @@ def colocated(tiny, tmp_path_factory):
         "--algo.advantage.is_correction_level", "token", "--reward.stop_properly_penalty_coef", "0.5",
         "--reward.overlong_buffer_len", "2", "--reward.overlong_penalty_factor", "0.5",
         "--train.max_epochs", "2", "--logger.tensorboard_dir", os.path.join(out, "tensorboard"),
+        "--dppo.prompt_policy", "uniform", "--dppo.prompt_log", "true",
     )  # fmt: skip
     return run_cli(out, flags)
 
@@ -286,6 +292,12 @@ def test_colocated_dr_grpo_with_the_constant_token_normaliser(colocated):
         assert r["dppo/completion_zero_prob_frac"] == pytest.approx(zero_adv, abs=1e-6)
         assert "vllm_kl" in r and "is_filter_ratio" in r  # the rollout importance-sampling correction ran
     assert rows[1]["prompts/pruned"] + rows[1]["prompts/rolled_out"] == rows[1]["prompts/drawn"] == DATA
+    # --dppo.prompt_policy uniform (the equal-cost control): step 2 draws every seen prompt at 1 - r_q
+    logged = {
+        line["step"]: line for line in map(json.loads, open(os.path.join(colocated["out"], "prompts.jsonl")))
+    }
+    assert logged[1]["q"] == [1.0] * DATA  # step 1: every prompt unseen, kept
+    assert logged[2]["q"] == [0.5] * rows[1]["prompts/rolled_out"], logged[2]
     events = glob.glob(
         os.path.join(colocated["out"], "tensorboard", "**", "events.out.tfevents.*"), recursive=True
     )
