@@ -108,7 +108,12 @@ def policy_table(advice: list[RunAdvice], console: bool) -> Table:
 
         row = [rule, col("rate", ".2f"), col("gen")]
         for subset in ("seen", "unseen"):
-            row += [col(f"grad_{subset}", ".0f"), col(f"kept_{subset}"), col(f"effective_{subset}"), over(subset)]
+            row += [
+                col(f"grad_{subset}", ".0f"),
+                col(f"kept_{subset}"),
+                col(f"effective_{subset}"),
+                over(subset),
+            ]
         rows.append(row)
     title = (
         "the prompt policies at the recommended mode's cost (zero-share's rate, unseen prompts scored as the "

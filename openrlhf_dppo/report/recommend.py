@@ -208,7 +208,11 @@ def over_uniform(advice: list[RunAdvice]) -> dict[str, dict[str, float]]:
             continue
         out[rule] = {}
         for subset, suffix in (("all", ""), ("seen", "_seen"), ("unseen", "_unseen")):
-            diffs = [e - u for e, u in zip(cell[f"effective{suffix}"], cell[f"uniform{suffix}"]) if e == e and u == u]
+            diffs = [
+                e - u
+                for e, u in zip(cell[f"effective{suffix}"], cell[f"uniform{suffix}"])
+                if e == e and u == u
+            ]
             out[rule][subset] = statistics.fmean(diffs) if diffs else float("nan")
     return out
 

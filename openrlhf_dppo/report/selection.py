@@ -157,7 +157,13 @@ class Tally:
     rate: list[float] = field(default_factory=list)  # the rate of each draw
 
     def add(
-        self, q: np.ndarray, grad: np.ndarray, gen: float, train: float, rate: float, seen: np.ndarray | None = None
+        self,
+        q: np.ndarray,
+        grad: np.ndarray,
+        gen: float,
+        train: float,
+        rate: float,
+        seen: np.ndarray | None = None,
     ) -> None:
         seen = np.ones_like(grad) if seen is None else seen
         self.sums["all"].add(q[grad], gen)
@@ -256,7 +262,9 @@ def replay(steps: list[Step], cfg: Replay) -> dict[str, dict[float, dict[str, fl
         zero_rate = control.rate()
         for rule, policy in POLICY_RULES.items():
             tally(rule, 0.0, _policy(signals["mean"], zero_rate, policy, cfg.q_min), step, at=zero_rate)
-        tally("zero-share oracle", 0.0, _keep(grad.astype(np.float64), zero_rate, cfg.q_min), step, at=zero_rate)
+        tally(
+            "zero-share oracle", 0.0, _keep(grad.astype(np.float64), zero_rate, cfg.q_min), step, at=zero_rate
+        )
         for r in cfg.rates:
             tally("uniform", r, np.full(index.size, 1.0 - r), step)
             tally("oracle", r, _keep(grad.astype(np.float64), r, cfg.q_min), step)
