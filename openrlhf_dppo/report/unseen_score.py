@@ -213,7 +213,7 @@ def replay(steps: list[Step], features: np.ndarray | None, cfg: Replay, lam: flo
         seen = np.isfinite(hist.score(idx, G).numpy())
         cost = hist.cost(idx).numpy()
         direct = np.full(step.index.size, np.nan)
-        if ridge is None:
+        if ridge is None or features is None:
             sig = hist.signals(idx, G, cfg.estimator, "mean")
             moment = sig.moment.numpy()
         else:
@@ -235,15 +235,14 @@ def replay(steps: list[Step], features: np.ndarray | None, cfg: Replay, lam: flo
             moment = beta_moment(a0 + succ, b0 + np.maximum(n - succ, 0.0), G)
             sig = _signals(moment, cost, ~seen)
         rate = control.rate()
-        q, _ = prompt_policy_keep_probs(sig, 1.0 - rate, "sqrt", cfg.q_min)
-        q = q.numpy()
+        q = prompt_policy_keep_probs(sig, 1.0 - rate, "sqrt", cfg.q_min)[0].numpy()
         tally.add(q, step.grad, _gen(q, step), 0.0, rate, seen)
         scores.append(moment)
         directs.append(direct)
         seens.append(seen)
         grads.append(step.grad)
         # only now the step's groups: the fit and the history learn them
-        if ridge is not None:
+        if ridge is not None and features is not None:
             y = np.stack([step.grad.astype(np.float64), success.mean(axis=1)], 1)
             ridge.update(features[step.index], y)
         lengths = None if step.lengths is None else torch.from_numpy(step.lengths)
