@@ -17,6 +17,12 @@ own history takes over as it accumulates:
 - a ridge fit (``OnlineRidge``: the normal equations accumulated group by group, solved before each
   step) of two targets: whether the group carries gradient (its G rewards are not all equal) and its mean
   success (a reward >= 0.5 is a success);
+- the calibration of the predicted gradient probability (``CALIBRATION``): ``online`` (the default)
+  maps it to the share of gradient-carrying groups among the EARLIER first draws whose out-of-sample
+  prediction fell in the same decile (``report.predictability.calibrate`` fitted on the past only, once
+  ``CALIBRATION_MIN`` of them exist; the ridge's own before): a weak score's spread is variance the sqrt
+  rule pays for, so it must be as wide as the score's power and no wider; ``none``: the ridge's own;
+  ``in-sample``, a bound: fitted on the very groups it then scores (no draw can);
 - the prior: Beta(kappa m, kappa (1 - m)) with m the predicted mean success (clipped to [0.02, 0.98])
   and kappa such that its P(G samples not all equal) is the predicted gradient probability (clipped to
   [0.01, 0.99]; ``prior_strength``): a mean alone cannot tell a prompt solved half the time from one
@@ -46,6 +52,7 @@ import json
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +62,7 @@ import torch
 from openrlhf_dppo.core.history import PromptHistory, PromptSignals, beta_moment
 from openrlhf_dppo.core.keep_probs import prompt_keep_probs, prompt_policy_keep_probs
 from openrlhf_dppo.core.rate_control import PromptRateControl
+from openrlhf_dppo.report.predictability import calibrate
 from openrlhf_dppo.report.selection import Replay, Step, Tally, auc, read_steps
 
 NGRAM_DIM = 1024
@@ -62,6 +70,8 @@ NGRAM_N = (1, 2, 3, 4)
 KAPPA_RANGE = (1e-2, 1e3)
 M_CLIP = (0.02, 0.98)
 MIXED_CLIP = (0.01, 0.99)
+CALIBRATION = ("online", "none", "in-sample")
+CALIBRATION_MIN = 128  # earlier first draws before the online calibration is used
 
 
 # -- features ----------------------------------------------------------------------------------------
@@ -196,15 +206,26 @@ def _gen(q: np.ndarray, step: Step) -> float:
     return float((q * tok).sum() / tok.sum())
 
 
-def replay(steps: list[Step], features: np.ndarray | None, cfg: Replay, lam: float = 1.0) -> Scored:
+def replay(
+    steps: list[Step],
+    features: np.ndarray | None,
+    cfg: Replay,
+    lam: float = 1.0,
+    calibration: str = "online",
+    in_sample: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> Scored:
     """One candidate (``features``: (N, d) rows by dataset index; None: the history alone, unseen prompts
     scored as the mean) replayed as the module docstring says: at each step score, draw at zero-share's
-    rate with the sqrt rule, then learn the step's groups."""
+    rate with the sqrt rule, then learn the step's groups. calibration (of the predicted gradient
+    probability): "online" (``CALIBRATION``), "none" (the ridge's own, clipped), "in-sample"
+    (``in_sample``: a map fitted on the very groups it scores, a bound no draw reaches)."""
     G = steps[0].rewards.shape[1]
     hist = PromptHistory(decay=cfg.decay, prior=cfg.prior, reward_kind="binary")
     control = PromptRateControl("zero-share", cfg.zero_share_initial, cfg.zero_share_cap)
     ridge = None if features is None else OnlineRidge(features.shape[1], 2, lam)
     prior: dict[int, tuple[float, float]] = {}  # (a, b) of each prompt, fixed at its first draw
+    past_pred: list[float] = []
+    past_grad: list[bool] = []
     tally = Tally()
     scores, directs, seens, grads = [], [], [], []
     for number, step in enumerate(steps, 1):
@@ -223,7 +244,12 @@ def replay(steps: list[Step], features: np.ndarray | None, cfg: Replay, lam: flo
                 direct = beta_moment(kappa * m_new, kappa * (1 - m_new), G)
             else:
                 m_new, direct = np.clip(pred[:, 1], *M_CLIP), pred[:, 0]
-                kappa = prior_strength(m_new, np.clip(direct, *MIXED_CLIP), G)
+                mixed = direct
+                if calibration == "in-sample" and in_sample is not None:
+                    mixed = in_sample(direct)
+                elif calibration == "online" and len(past_pred) >= CALIBRATION_MIN:
+                    mixed = calibrate(np.asarray(past_pred), np.asarray(past_grad))(direct)
+                kappa = prior_strength(m_new, np.clip(mixed, *MIXED_CLIP), G)
             for j, i in enumerate(step.index.tolist()):
                 if not seen[j]:
                     prior.setdefault(i, (float(kappa[j] * m_new[j]), float(kappa[j] * (1.0 - m_new[j]))))
@@ -245,6 +271,10 @@ def replay(steps: list[Step], features: np.ndarray | None, cfg: Replay, lam: flo
         if ridge is not None and features is not None:
             y = np.stack([step.grad.astype(np.float64), success.mean(axis=1)], 1)
             ridge.update(features[step.index], y)
+            past_pred += direct[
+                ~seen
+            ].tolist()  # out-of-sample predictions of first draws, then their outcome
+            past_grad += step.grad[~seen].tolist()
         lengths = None if step.lengths is None else torch.from_numpy(step.lengths)
         hist.update(idx, torch.from_numpy(success), number, tokens=lengths)
         control.observe(float(1.0 - step.grad.mean()))
@@ -362,7 +392,14 @@ def main(argv: list[str] | None = None) -> int:
     out = {"uniform draw (the control)": summary(base["uniform"]),
            "history alone, unseen as the mean": summary(replay(steps, None, cfg))}  # fmt: skip
     for name, x in feats.items():
-        out[f"prior from {name}"] = summary(replay(steps, x[:n], cfg, args.lam))
+        online = replay(steps, x[:n], cfg, args.lam)
+        out[f"prior from {name}"] = summary(online)
+        out[f"prior from {name}, uncalibrated"] = summary(replay(steps, x[:n], cfg, args.lam, "none"))
+        un = ~online.seen
+        bound = calibrate(online.direct[un], online.grad[un])
+        out[f"prior from {name}, calibrated in-sample (a bound)"] = summary(
+            replay(steps, x[:n], cfg, args.lam, "in-sample", bound)
+        )
     out["oracle"] = summary(base["oracle"])
     text = table(out)
     print(text)

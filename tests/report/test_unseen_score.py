@@ -36,16 +36,17 @@ def test_a_score_never_sees_its_own_rollout():
     a step's prompts are then all the same (only the intercept, learned from earlier steps, moves); the
     control, a fit that learns the step before scoring it, memorises the groups (AUC near 1), so this
     check would catch such a leak."""
-    steps = first_epoch(steps=10, n=8, seed=3)
-    onehot = np.eye(80)
+    steps = first_epoch(steps=20, n=8, seed=3)  # 160 first draws: the online calibration acts from step 17
+    assert 160 > U.CALIBRATION_MIN
+    onehot = np.eye(160)
     scored = U.replay(steps, onehot, Replay(decay=0.0))
     assert not scored.seen.any()
     for values in (scored.direct, scored.score):
-        per_step = values.reshape(10, 8)
+        per_step = values.reshape(20, 8)
         assert np.ptp(per_step, axis=1).max() == pytest.approx(0.0, abs=1e-12)
         assert abs(auc(values[scored.grad], values[~scored.grad]) - 0.5) < 0.1
     # the control: the same fit, taught the step's groups before scoring them
-    ridge, pred, grad = U.OnlineRidge(80, 2, 1.0), [], []
+    ridge, pred, grad = U.OnlineRidge(160, 2, 1.0), [], []
     for step in steps:
         y = np.stack([step.grad.astype(float), (step.rewards >= 0.5).mean(axis=1)], 1)
         ridge.update(onehot[step.index], y)
@@ -109,3 +110,19 @@ def test_bad_input_names_the_flag(tmp_path, capsys):
         U.read_rows(str(data), 1, "input")
     with pytest.raises(ValueError, match="the log draws dataset index 4"):
         U.read_rows(str(data), 5, "question")
+
+
+def test_the_online_calibration_is_fitted_on_earlier_first_draws_only(monkeypatch):
+    """Each call of the calibration at step t sees exactly the first draws of steps 1 .. t - 1."""
+    steps = first_epoch(steps=20, n=8, seed=4)
+    sizes = []
+    real = U.calibrate
+
+    def spy(score, grad, *args):
+        sizes.append(score.size)
+        return real(score, grad, *args)
+
+    monkeypatch.setattr(U, "calibrate", spy)
+    U.replay(steps, np.eye(160), Replay(decay=0.0))
+    first = (U.CALIBRATION_MIN + 7) // 8 + 1  # the first step with CALIBRATION_MIN earlier first draws
+    assert sizes == [8 * (t - 1) for t in range(first, 21)]
