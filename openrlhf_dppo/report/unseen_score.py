@@ -8,8 +8,8 @@ here scores a prompt from what is known before it is ever rolled out, with a mod
 every group rolled out so far, and enters as the PRIOR of the prompt's Beta posterior, so that the prompt's
 own history takes over as it accumulates:
 
-- features of the prompt (``FEATURES``): ``ngrams``, hashed character 1- to 4-grams of its text (signed
-  hashing into ``NGRAM_DIM`` buckets, rows scaled to unit norm); ``hidden``, the policy's own
+- features of the prompt (``report.prompt_features``): ``ngrams``, hashed character 1- to 4-grams of its
+  text (signed hashing into ``NGRAM_DIM`` buckets, rows scaled to unit norm); ``hidden``, the policy's own
   representation: the last hidden state of the prompt's last token in one prompt-only forward of the
   model at ``--model`` (transformers, CPU). In this replay the features come from that one model, the
   STARTING policy, frozen, not the policy of each step (a training-time probe would refit on the current
@@ -50,8 +50,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,73 +61,14 @@ from openrlhf_dppo.core.history import PromptHistory, PromptSignals, beta_moment
 from openrlhf_dppo.core.keep_probs import prompt_keep_probs, prompt_policy_keep_probs
 from openrlhf_dppo.core.rate_control import PromptRateControl
 from openrlhf_dppo.report.predictability import calibrate
+from openrlhf_dppo.report.prompt_features import field_features, hidden_features, ngram_features
 from openrlhf_dppo.report.selection import Replay, Step, Tally, auc, read_steps
 
-NGRAM_DIM = 1024
-NGRAM_N = (1, 2, 3, 4)
 KAPPA_RANGE = (1e-2, 1e3)
 M_CLIP = (0.02, 0.98)
 MIXED_CLIP = (0.01, 0.99)
 CALIBRATION = ("online", "none", "in-sample")
 CALIBRATION_MIN = 128  # earlier first draws before the online calibration is used
-
-
-# -- features ----------------------------------------------------------------------------------------
-def ngram_features(texts: list[str], dim: int = NGRAM_DIM, ns: tuple[int, ...] = NGRAM_N) -> np.ndarray:
-    """(N, dim) hashed character n-grams (signed, crc32: the same on every machine), rows of unit norm."""
-    out = np.zeros((len(texts), dim))
-    for row, text in enumerate(texts):
-        for n in ns:
-            for i in range(len(text) - n + 1):
-                h = zlib.crc32(text[i : i + n].encode())
-                out[row, h % dim] += 1.0 if (h >> 31) & 1 else -1.0
-    norm = np.linalg.norm(out, axis=1, keepdims=True)
-    return out / np.where(norm > 0, norm, 1.0)
-
-
-def field_features(rows: list[dict], name: str) -> np.ndarray:
-    """(N, K) one-hot of the field ``name``'s K values; a row without it raises naming the field."""
-    missing = [i for i, r in enumerate(rows) if name not in r]
-    if missing:
-        raise ValueError(f"field:{name}: row {missing[0]} of the data has no field {name!r}")
-    values = sorted({json.dumps(r[name], sort_keys=True) for r in rows})
-    col = {v: k for k, v in enumerate(values)}
-    out = np.zeros((len(rows), len(values)))
-    out[np.arange(len(rows)), [col[json.dumps(r[name], sort_keys=True)] for r in rows]] = 1.0
-    return out
-
-
-def hidden_features(texts: list[str], model_dir: str, batch: int = 64) -> tuple[np.ndarray, dict]:
-    """(N, H) the last hidden state of each prompt's last token (one prompt-only forward, fp32, CPU),
-    standardised per column; and the measured cost: seconds per batch of ``batch`` prompts, prompt tokens."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
-    feats, seconds, tokens = [], [], []
-    with torch.no_grad():
-        for start in range(0, len(texts), batch):
-            chunk = texts[start : start + batch]
-            ids = [tok(t, add_special_tokens=False)["input_ids"] for t in chunk]
-            width = max(len(x) for x in ids)
-            pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-            inp = torch.tensor([[pad] * (width - len(x)) + x for x in ids])  # left pad: last token at -1
-            mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
-            t0 = time.perf_counter()
-            out = model(input_ids=inp, attention_mask=mask, output_hidden_states=True)
-            seconds.append(time.perf_counter() - t0)
-            feats.append(out.hidden_states[-1][:, -1].double().numpy())
-            tokens += [len(x) for x in ids]
-    x = np.concatenate(feats)
-    x = (x - x.mean(axis=0)) / np.maximum(x.std(axis=0), 1e-8)
-    full = [s for s, start in zip(seconds, range(0, len(texts), batch)) if len(texts) - start >= batch]
-    cost = {
-        "seconds_per_batch": float(np.median(full or seconds)),
-        "batch": batch,
-        "prompt_tokens": float(np.mean(tokens)),
-        "params": int(sum(p.numel() for p in model.parameters())),
-    }
-    return x, cost
 
 
 # -- the online fit ------------------------------------------------------------------------------------

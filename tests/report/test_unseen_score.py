@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pytest
 
+from openrlhf_dppo.report import prompt_features as F
 from openrlhf_dppo.report import unseen_score as U
 from openrlhf_dppo.report.selection import Replay, Step, auc
 
@@ -60,7 +61,7 @@ def test_a_feature_that_decides_the_outcome_is_learned_for_prompts_never_seen():
     # even prompts' groups are always mixed, odd ones' never: a dataset field says which
     steps = first_epoch(steps=15, n=8, mixed=lambda i: i % 2 == 0)
     rows = [{"level": "even" if i % 2 == 0 else "odd"} for i in range(120)]
-    x = U.field_features(rows, "level")
+    x = F.field_features(rows, "level")
     cfg = Replay(decay=0.5)
     scored = U.replay(steps, x, cfg)
     res = U.summary(scored)
@@ -85,10 +86,10 @@ def test_the_online_ridge_is_the_closed_form_of_what_it_was_given():
 
 
 def test_ngram_features_are_stable_and_of_unit_norm():
-    f = U.ngram_features(["12+34=", "12+34=", "98+7="])
-    assert f.shape == (3, U.NGRAM_DIM) and np.allclose(np.linalg.norm(f, axis=1), 1.0)
+    f = F.ngram_features(["12+34=", "12+34=", "98+7="])
+    assert f.shape == (3, F.NGRAM_DIM) and np.allclose(np.linalg.norm(f, axis=1), 1.0)
     assert np.array_equal(f[0], f[1]) and not np.array_equal(f[0], f[2])
-    assert U.ngram_features([""]).sum() == 0.0
+    assert F.ngram_features([""]).sum() == 0.0
 
 
 def test_the_prior_matches_the_predicted_mean_and_gradient_probability():
@@ -103,7 +104,7 @@ def test_the_prior_matches_the_predicted_mean_and_gradient_probability():
 
 def test_bad_input_names_the_flag(tmp_path, capsys):
     with pytest.raises(ValueError, match="field:level"):
-        U.field_features([{"level": 1}, {"input": "x"}], "level")
+        F.field_features([{"level": 1}, {"input": "x"}], "level")
     data = tmp_path / "train.jsonl"
     data.write_text(json.dumps({"question": "1+1="}) + "\n")
     with pytest.raises(ValueError, match="--input-key 'input'"):
