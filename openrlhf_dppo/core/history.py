@@ -59,6 +59,18 @@ _FIELDS = {
 _STATE_VERSION = 2  # 2: + tokens (a version-1 state loads with no length recorded)
 
 
+def beta_moment(a: np.ndarray, b: np.ndarray, group_size: int, estimator: str = "group_norm") -> np.ndarray:
+    """E[v] for binary rewards under a Beta(a, b) posterior of the success rate (module docstring):
+    group_norm: 1 - prod_{i<G} (a+i)/(a+b+i) - prod_{i<G} (b+i)/(a+b+i); any other estimator:
+    a b / ((a+b)(a+b+1)). a, b > 0, arrays of one shape; float64 of that shape."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if estimator != "group_norm":
+        return a * b / ((a + b) * (a + b + 1.0))
+    k = np.arange(int(group_size), dtype=np.float64).reshape((-1,) + (1,) * a.ndim)  # the factors i < G
+    v = 1.0 - np.prod((a + k) / (a + b + k), axis=0) - np.prod((b + k) / (a + b + k), axis=0)
+    return np.maximum(v, 0.0)
+
+
 class PromptSignals(NamedTuple):
     """What a prompt policy knows of each drawn prompt before its rollout; each field (B,) or (R, B).
 
@@ -241,12 +253,7 @@ class PromptHistory:
             succ, n = self._gather(i, "succ"), self._gather(i, "n")
             a = np.maximum(succ, 0.0) + self.prior
             b = np.maximum(n - succ, 0.0) + self.prior
-            if estimator == "group_norm":
-                k = np.arange(G, dtype=np.float64)[:, None]  # (G, 1): the factors i < G
-                v = 1.0 - np.prod((a + k) / (a + b + k), axis=0) - np.prod((b + k) / (a + b + k), axis=0)
-                v = np.maximum(v, 0.0)
-            else:
-                v = a * b / ((a + b) * (a + b + 1.0))
+            v = beta_moment(a, b, G, estimator)
         else:
             v = np.maximum(self._gather(i, "var"), 0.0)
         return torch.from_numpy(np.where(seen, v, np.inf))

@@ -133,7 +133,14 @@ def run_config(run: Run, rates: tuple[float, ...], ks: tuple[int, ...]) -> Repla
         screen_ks=ks,
         zero_share_cap=float(dppo.get("prompt_prune_rate_max", base.zero_share_cap)),
         zero_drop=zero_drop_allowed(run.config.get("args") or {}),
+        estimator=estimator_of(run.config.get("args") or {}) or base.estimator,
     )
+
+
+def estimator_of(args: dict) -> str | None:
+    """The run's ``--algo.advantage.estimator`` (None where not recorded)."""
+    value = (((args.get("algo") or {}).get("advantage")) or {}).get("estimator")
+    return None if value is None else str(value)
 
 
 def zero_drop_allowed(args: dict) -> bool:
@@ -142,7 +149,7 @@ def zero_drop_allowed(args: dict) -> bool:
     algo, actor = args.get("algo") or {}, args.get("actor") or {}
     kl = float(((algo.get("kl") or {}).get("init_coef")) or 0.0) > 0
     entropy = float(actor.get("entropy_coef") or 0.0) != 0
-    whitened = (algo.get("advantage") or {}).get("estimator") == "reinforce_baseline"
+    whitened = estimator_of(args) == "reinforce_baseline"
     return bool((args.get("dppo") or {}).get("drop_zero_advantage", True)) and not (kl or entropy or whitened)
 
 

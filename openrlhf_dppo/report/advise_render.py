@@ -11,7 +11,7 @@ from pathlib import Path
 
 from openrlhf_dppo.report.advise import Machine, RunAdvice
 from openrlhf_dppo.report.curves import Spread
-from openrlhf_dppo.report.recommend import Point, Recommendation, points
+from openrlhf_dppo.report.recommend import AT_RECOMMENDED, Point, Recommendation, points
 from openrlhf_dppo.report.summary import phase_label
 from openrlhf_dppo.report.tables import NA, fmt, fmt_spread
 
@@ -90,8 +90,43 @@ def rule_table(advice: list[RunAdvice], f: Machine | None, gen_share: float | No
     return title, head, rows
 
 
+def policy_table(advice: list[RunAdvice], console: bool) -> Table:
+    """The prompt policies at the recommended mode's cost, on seen and on unseen prompts apart."""
+    head = ["rule", "r", "gen", "seen: n", "kept", "eff", "vs uni", "unseen: n", "kept", "eff", "vs uni"]
+    rows = []
+    for rule in AT_RECOMMENDED:
+        cells = [(a.replayed or {}).get(rule, {}).get(0.0) for a in advice]
+        if not any(cells):
+            continue
+
+        def col(key: str, spec: str = ".3f", cells=cells) -> str:
+            return _spread([None if c is None else c[key] for c in cells], spec, console)
+
+        def over(subset: str, cells=cells) -> str:
+            return _spread([None if c is None else c[f"effective_{subset}"] - c[f"uniform_{subset}"]
+                            for c in cells], "+.3f", console)  # fmt: skip
+
+        row = [rule, col("rate", ".2f"), col("gen")]
+        for subset in ("seen", "unseen"):
+            row += [
+                col(f"grad_{subset}", ".0f"),
+                col(f"kept_{subset}"),
+                col(f"effective_{subset}"),
+                over(subset),
+            ]
+        rows.append(row)
+    title = (
+        "the prompt policies at the recommended mode's cost (zero-share's rate, unseen prompts scored as the "
+        "mean), on the gradient-carrying groups of prompts rolled out before the step (seen) and of prompts "
+        "never rolled out (unseen): n = their count, kept and eff = the kept and effective share, vs uni = "
+        "the effective share over a uniform draw at the same generation cost (> 0: it chooses better than "
+        "chance)"
+    )
+    return title, head, rows
+
+
 def _cells(advice: list[RunAdvice], p: Point, console: bool) -> list[str]:
-    key = 0.0 if p.rule == "zero-share" else None
+    key = 0.0 if p.rule.startswith("zero-share") else None
     out = []
     for name in ("kept", "effective", "gen", "train"):
         values = []
@@ -118,6 +153,7 @@ def tables(advice: list[RunAdvice], f, gen_share, console: bool) -> list[Table]:
         out.append(recurrence_table(advice))
     if any(a.replayed for a in advice):
         out.append(rule_table(advice, f, gen_share, console))
+        out.append(policy_table(advice, console))
     return out
 
 

@@ -3,9 +3,12 @@ expect, and what the logs are too short to tell (``openrlhf-dppo advise``).
 
 The rule (each step is written into the advice it prints):
 
-1. Candidates are the rules the trainer runs: ``history, unseen keep|mean`` at each replayed rate
-   (``--dppo.prompt_rate_control fixed``) and ``zero-share`` (its own rate); ``uniform`` (no flag runs
-   it) is the reference the history must beat, compared at the chosen rule's generation cost. With
+1. Candidates are the rules the trainer runs: ``history, unseen keep|mean`` (``proportional``) and
+   ``sqrt, unseen keep|mean`` (``--dppo.prompt_policy sqrt``) at each replayed rate
+   (``--dppo.prompt_rate_control fixed``), and at zero-share's own rate ``zero-share`` (``proportional``),
+   ``zero-share sqrt`` and ``zero-share uniform`` (``--dppo.prompt_policy uniform``: a smaller batch at
+   random, which the advice says where it is chosen); the fixed-rate ``uniform`` is the reference the
+   history must beat, compared at the chosen rule's generation cost. With
    ``min_kept`` (``--min-kept``; none by default) a candidate must keep at least that expected share of
    the gradient-carrying groups.
 2. The starting point is zero-share with unseen prompts scored as the mean (``--dppo.mode
@@ -31,7 +34,11 @@ The rule (each step is written into the advice it prints):
    reach that speed and what they show does not settle it.
 6. The flags are written as ``--dppo.mode recommended`` (``core.config.MODE_PRESETS``: zero-share, rate 0.5
    until a step is measured, unseen mean, no completion pruning) where the chosen rule is that preset,
-   followed by the settings that differ from it (or from the config's defaults).
+   followed by the settings that differ from it (or from the config's defaults, ``--dppo.prompt_policy``
+   among them).
+7. The prompt policies at the recommended mode's cost (zero-share's rate, unseen mean) are set against a
+   uniform draw at equal cost on seen and on unseen prompts apart (``selection``: ``over uniform``): the
+   advice prints each policy's effective share over it, the oracle's as the headroom.
 The rule is chosen at ``--gen-share`` when it is given (the machine the user asks about), else at the
 measured f and weight sync (``advise.Machine``).
 """
@@ -48,7 +55,18 @@ from openrlhf_dppo.core.config import MODE_PRESETS, DPPOConfig
 from openrlhf_dppo.report.advise import Machine, RunAdvice, measured_machine, pooled
 
 TIE = 0.02  # a speedup or effective share within 2% of another is a tie
-BUILT = ("history, unseen keep", "history, unseen mean", "zero-share")
+BUILT = (
+    "history, unseen keep",
+    "history, unseen mean",
+    "sqrt, unseen keep",
+    "sqrt, unseen mean",
+    "zero-share",
+    "zero-share sqrt",
+    "zero-share uniform",
+)
+POLICY_OF = {"zero-share sqrt": "sqrt", "zero-share uniform": "uniform", "sqrt, unseen keep": "sqrt",
+             "sqrt, unseen mean": "sqrt"}  # fmt: skip  # the others: proportional
+AT_RECOMMENDED = ("zero-share", "zero-share sqrt", "zero-share uniform", "zero-share oracle")
 PRESET = "--dppo.mode recommended"
 
 
@@ -179,6 +197,41 @@ def _against_uniform(chosen: Point, uniform: float) -> str:
     )
 
 
+def over_uniform(advice: list[RunAdvice]) -> dict[str, dict[str, float]]:
+    """The prompt policies at the recommended mode's cost (``AT_RECOMMENDED``): {rule: {subset: the mean over
+    the runs of its effective share - a uniform draw's at equal cost}}, subsets all, seen and unseen (nan
+    where no run has such a group)."""
+    out: dict[str, dict[str, float]] = {}
+    for rule, by_rate in pooled(advice).items():
+        cell = by_rate.get(0.0)
+        if rule not in AT_RECOMMENDED or cell is None:
+            continue
+        out[rule] = {}
+        for subset, suffix in (("all", ""), ("seen", "_seen"), ("unseen", "_unseen")):
+            diffs = [
+                e - u
+                for e, u in zip(cell[f"effective{suffix}"], cell[f"uniform{suffix}"])
+                if e == e and u == u
+            ]
+            out[rule][subset] = statistics.fmean(diffs) if diffs else float("nan")
+    return out
+
+
+def _over_uniform_line(advice: list[RunAdvice]) -> str:
+    rows = over_uniform(advice)
+    if not rows:
+        return ""
+
+    def cell(x: float) -> str:
+        return "n/a" if x != x else f"{x:+.3f}"
+
+    parts = [f"{rule}: {cell(v['seen'])} seen, {cell(v['unseen'])} unseen" for rule, v in rows.items()]
+    return (
+        "effective share over a uniform draw at equal cost, at the recommended mode's rate (zero-share, unseen "
+        "mean; n/a: no such group): " + "; ".join(parts)
+    )
+
+
 def _keeping_more(cands: list[Point], chosen: Point, f: Machine) -> str:
     """What keeping more of the gradient-carrying groups than the chosen rule would cost: the fastest
     candidate that keeps at least 75% and 90% of them (those the chosen one does not reach)."""
@@ -235,7 +288,7 @@ def recommend(
             f"chosen: {chosen.rule}"
             + (
                 f" at r = {chosen.rate:.2f}"
-                if chosen.rule != "zero-share"
+                if not chosen.rule.startswith("zero-share")
                 else f" (its mean rate {chosen.rate:.2f})"
             )  # fmt: skip
             + f", keeps {chosen.kept:.1%} of the gradient-carrying groups (effective {chosen.effective:.1%})"
@@ -247,6 +300,11 @@ def recommend(
             lines.append(
                 f"{PRESET} = zero-share, rate 0.5 until a step is measured, unseen mean, no completion pruning"
             )
+        if chosen.rule == "zero-share uniform":
+            lines.append(
+                "the uniform policy selects nothing: under Adam and the full-batch normaliser it is GRPO with a "
+                "smaller batch at random (--rollout.batch_size at its mean rolled-out prompts per step)"
+            )
         uniform = uniform_at(pts, chosen.gen)
         if uniform is not None:
             lines.append(_against_uniform(chosen, uniform))
@@ -256,6 +314,9 @@ def recommend(
             "on GRPO's own trajectory (a DPPO run's history sees only what it rolled out), and a kept gradient "
             "share is not held-out accuracy: check with compare"
         )
+    line = _over_uniform_line(advice)
+    if line:
+        lines.append(line)
     screening, line = _screening(screens, chosen, at, min_kept)
     if line:
         bound = (
@@ -271,13 +332,14 @@ def _settings(p: Point, advice: list[RunAdvice]) -> dict[str, object]:
     mean = {name: round(statistics.fmean(getattr(a.config, attr) for a in advice), 6)  # no float dust
             for name, attr in (("history_decay", "decay"), ("history_prior", "prior"), ("q_min", "q_min"),
                                ("prompt_prune_rate_max", "zero_share_cap"))}  # fmt: skip
-    if p.rule == "zero-share":
+    if p.rule.startswith("zero-share"):
         rate: dict[str, object] = {"prompt_rate_control": "zero-share", "prompt_prune_rate": 0.5}
     else:
         rate = {"prompt_rate_control": "fixed", "prompt_prune_rate": round(p.rate, 4)}
         del mean["prompt_prune_rate_max"]
     unseen = "keep" if p.rule.endswith("keep") else "mean"
-    return {**rate, "unseen_prompts": unseen, "completion_prune_rate": 0.0, **mean}
+    policy = {"prompt_policy": POLICY_OF.get(p.rule, "proportional")}
+    return {**rate, "unseen_prompts": unseen, "completion_prune_rate": 0.0, **policy, **mean}
 
 
 def _flags(p: Point, advice: list[RunAdvice]) -> list[str]:

@@ -24,6 +24,20 @@ estimator, no KL or entropy term); every other group carries some. The rules:
   group rolled out for kept prompts only; weight 1/q as any prompt draw.
 - ``oracle``: s = 1 on the groups that carry gradient, 0 on the others (q_min there): the most any rule
   with the floor q_min keeps at that cost.
+- the prompt policies (``--dppo.prompt_policy``, ``core.PROMPT_POLICIES``) through the trainer's own code
+  (``PromptHistory.signals`` at the run's ``--algo.advantage.estimator``, ``core.prompt_policy_keep_probs``;
+  the history learns each group's logged completion lengths as its cost): at zero-share's rate with unseen
+  prompts scored as the mean (the recommended mode's rate control and unseen rule), ``zero-share``
+  (``proportional``, the recommended mode itself), ``zero-share sqrt`` and ``zero-share uniform`` (the
+  equal-cost control), and ``zero-share oracle`` (the oracle at that rate: the headroom); at each fixed
+  rate, ``sqrt, unseen keep|mean``.
+
+Every rule is also split by whether the group's prompt had been rolled out before the step (``seen``) or
+not (``unseen``: its draw can know nothing of it), and set against a uniform draw at the same generation
+cost: at each step the uniform draw keeps every prompt with q = that step's ``gen`` of the rule, so its
+effective share over a set of groups is their count / sum over them of 1 / gen of their step.
+``over uniform`` = the rule's effective share - that (> 0: the rule chooses better than chance at its
+cost; the issue's goal is >= 0.10).
 
 Per rule and rate, pooled over the steps: ``kept`` = sum of q over the gradient-carrying groups / their
 count (the expected share of them rolled out), ``effective`` = their harmonic mean of q (the share of
@@ -49,7 +63,7 @@ import torch
 
 from openrlhf_dppo import prompt_log
 from openrlhf_dppo.core.history import PromptHistory
-from openrlhf_dppo.core.keep_probs import prompt_keep_probs
+from openrlhf_dppo.core.keep_probs import prompt_keep_probs, prompt_policy_keep_probs
 from openrlhf_dppo.core.rate_control import PromptRateControl
 
 SCREEN_KS = (1, 2, 4)
@@ -102,36 +116,78 @@ class Replay:
     # the trainer's exact drop of advantage-0 completions is on (--dppo.drop_zero_advantage, no KL or entropy
     # term, a group estimator without batch whitening): a rolled-out all-equal group is generated, not trained
     zero_drop: bool = True
+    estimator: str = "group_norm"  # --algo.advantage.estimator: the E[v] the sqrt rule reads
+
+
+POLICY_RULES = {"zero-share": "proportional", "zero-share sqrt": "sqrt", "zero-share uniform": "uniform"}
+SQRT_RULES = {"sqrt, unseen keep": "keep", "sqrt, unseen mean": "mean"}
+SUBSETS = ("seen", "unseen")
+
+
+@dataclass
+class _Sums:
+    """Sums over one set of gradient-carrying groups: sum q, sum 1/q, their count, and sum 1/gen of their
+    steps (a uniform draw at the rule's cost: q = gen)."""
+
+    q: float = 0.0
+    inv_q: float = 0.0
+    n: int = 0
+    inv_gen: float = 0.0
+
+    def add(self, q: np.ndarray, gen: float) -> None:
+        self.q += float(q.sum())
+        self.inv_q += float((1.0 / q).sum())
+        self.n += int(q.size)
+        self.inv_gen += q.size / min(max(gen, 1e-12), 1.0)
+
+    def shares(self) -> tuple[float, float, float]:
+        """(kept, effective, a uniform draw's effective share at equal cost); nan where no group."""
+        if not self.n:
+            return float("nan"), float("nan"), float("nan")
+        return self.q / self.n, self.n / self.inv_q, self.n / self.inv_gen
 
 
 @dataclass
 class Tally:
     """Pooled sums of one (rule, rate) over the replayed steps."""
 
-    q_grad: float = 0.0
-    inv_q_grad: float = 0.0
-    n_grad: int = 0
+    sums: dict[str, _Sums] = field(default_factory=lambda: {k: _Sums() for k in ("all", *SUBSETS)})
     gen: list[float] = field(default_factory=list)  # per step, share of GRPO's generation
     train: list[float] = field(default_factory=list)  # per step, share of GRPO's trained tokens
     rate: list[float] = field(default_factory=list)  # the rate of each draw
 
-    def add(self, q: np.ndarray, grad: np.ndarray, gen: float, train: float, rate: float) -> None:
-        self.q_grad += float(q[grad].sum())
-        self.inv_q_grad += float((1.0 / q[grad]).sum())
-        self.n_grad += int(grad.sum())
+    def add(
+        self,
+        q: np.ndarray,
+        grad: np.ndarray,
+        gen: float,
+        train: float,
+        rate: float,
+        seen: np.ndarray | None = None,
+    ) -> None:
+        seen = np.ones_like(grad) if seen is None else seen
+        self.sums["all"].add(q[grad], gen)
+        self.sums["seen"].add(q[grad & seen], gen)
+        self.sums["unseen"].add(q[grad & ~seen], gen)
         self.gen.append(gen)
         self.train.append(train)
         self.rate.append(rate)
 
     def result(self) -> dict[str, float]:
-        nan = float("nan")
-        return {
-            "kept": self.q_grad / self.n_grad if self.n_grad else nan,
-            "effective": self.n_grad / self.inv_q_grad if self.n_grad else nan,
+        kept, effective, uniform = self.sums["all"].shares()
+        out = {
+            "kept": kept,
+            "effective": effective,
+            "uniform": uniform,
             "gen": float(np.mean(self.gen)),
             "train": float(np.mean(self.train)),
             "rate": float(np.mean(self.rate)),
         }
+        for name in SUBSETS:
+            k, e, u = self.sums[name].shares()
+            out |= {f"kept_{name}": k, f"effective_{name}": e, f"uniform_{name}": u}
+            out[f"grad_{name}"] = float(self.sums[name].n)
+        return out
 
 
 def expected_longest(longest: np.ndarray, q: np.ndarray) -> float:
@@ -169,9 +225,16 @@ def _keep(score: np.ndarray, rate: float, q_min: float, unseen: float | None = N
     return q.numpy()
 
 
+def _policy(signals, rate: float, policy: str, q_min: float) -> np.ndarray:
+    """q of a registered prompt policy at prune rate ``rate``, as the trainer computes it."""
+    q, _ = prompt_policy_keep_probs(signals, 1.0 - rate, policy, q_min)
+    return q.numpy()
+
+
 def replay(steps: list[Step], cfg: Replay) -> dict[str, dict[float, dict[str, float]]]:
-    """{rule: {rate: {kept, effective, gen, train, rate}}} over the steps (module docstring); the
-    zero-share rule's one point is under the rate key ``nan``-free label 0.0 with its mean ``rate``."""
+    """{rule: {rate: {kept, effective, uniform, gen, train, rate, and kept_S, effective_S, uniform_S,
+    grad_S for S in seen, unseen}}} over the steps (module docstring); the zero-share rules' one point is
+    under the rate key 0.0 with its mean ``rate``."""
     G = steps[0].rewards.shape[1]
     hist = PromptHistory(decay=cfg.decay, prior=cfg.prior, reward_kind=cfg.reward_kind)
     control = PromptRateControl("zero-share", cfg.zero_share_initial, cfg.zero_share_cap)
@@ -183,21 +246,32 @@ def replay(steps: list[Step], cfg: Replay) -> dict[str, dict[float, dict[str, fl
         share = float((q * tok.sum(axis=1)).sum() / tok.sum())
         trained = float((q * step.grad * tok.sum(axis=1)).sum() / tok.sum()) if cfg.zero_drop else share
         gen, train = share if gen is None else gen, trained if train is None else train
-        tallies.setdefault((rule, rate), Tally()).add(q, step.grad, gen, train, rate if at is None else at)
+        tallies.setdefault((rule, rate), Tally()).add(
+            q, step.grad, gen, train, rate if at is None else at, seen
+        )
 
     for number, step in enumerate(steps, 1):
         grad, tok = step.grad, step.tokens()
         index = step.index
-        seen_score = hist.score(torch.from_numpy(index), G).numpy()
+        idx = torch.from_numpy(index)
+        seen_score = hist.score(idx, G).numpy()
+        seen = np.isfinite(seen_score)  # rolled out before this step
         mean_seen = hist.mean_seen_score(G)
         succ, n = _history_counts(hist, index)
+        signals = {u: hist.signals(idx, G, cfg.estimator, u) for u in ("keep", "mean")}
         zero_rate = control.rate()
-        tally("zero-share", 0.0, _keep(seen_score, zero_rate, cfg.q_min, mean_seen), step, at=zero_rate)
+        for rule, policy in POLICY_RULES.items():
+            tally(rule, 0.0, _policy(signals["mean"], zero_rate, policy, cfg.q_min), step, at=zero_rate)
+        tally(
+            "zero-share oracle", 0.0, _keep(grad.astype(np.float64), zero_rate, cfg.q_min), step, at=zero_rate
+        )
         for r in cfg.rates:
             tally("uniform", r, np.full(index.size, 1.0 - r), step)
             tally("oracle", r, _keep(grad.astype(np.float64), r, cfg.q_min), step)
             tally("history, unseen keep", r, _keep(seen_score, r, cfg.q_min), step)
             tally("history, unseen mean", r, _keep(seen_score, r, cfg.q_min, mean_seen), step)
+            for rule, unseen in SQRT_RULES.items():
+                tally(rule, r, _policy(signals[unseen], r, "sqrt", cfg.q_min), step)
             for k in ks:
                 for label, (s_, n_) in (
                     ("alone", (np.zeros_like(succ), np.zeros_like(n))),
@@ -211,7 +285,8 @@ def replay(steps: list[Step], cfg: Replay) -> dict[str, dict[float, dict[str, fl
                     else:
                         l2 = expected_longest(tok[:, k:].max(axis=1), q) / float(tok.max())
                     tally(f"screen k={k} {label}", r, q, step, gen=t1 + max(t2, l2))
-        hist.update(torch.from_numpy(index), torch.from_numpy(step.rewards), number)
+        lengths = None if step.lengths is None else torch.from_numpy(step.lengths)
+        hist.update(idx, torch.from_numpy(step.rewards), number, tokens=lengths)
         control.observe(float(1.0 - grad.mean()))
     out: dict[str, dict[float, dict[str, float]]] = {}
     for (rule, rate), t in tallies.items():

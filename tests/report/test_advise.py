@@ -178,14 +178,18 @@ def test_a_log_no_history_can_predict(tmp_path, capsys):
     text = capsys.readouterr().out
     assert rc == 0
     # half of the groups carry gradient at random: zero-share (rate 0.46) keeps 55% of them, no better than
-    # a uniform draw; the advice says so and what keeping 75% would cost (the history at 0.25)
+    # a uniform draw, and its spread weights make it less effective (0.514) than the uniform policy at its
+    # rate (0.536): that control dominates it and is chosen, said to be a smaller batch at random; the
+    # advice says what keeping 75% would cost
     flat = " ".join(text.split())
-    assert "chosen: zero-share (its mean rate 0.46)" in flat
+    assert "chosen: zero-share uniform (its mean rate 0.46)" in flat
+    assert "--dppo.mode recommended --dppo.prompt_policy uniform" in flat
+    assert "the uniform policy selects nothing" in flat
     assert "the history is no better than a uniform draw here" in flat
-    assert "to keep more of them: 75% at 1.64x (--min-kept 0.75: history, unseen mean, r = 0.25)" in flat
+    assert "to keep more of them: 75% at 1.64x (--min-kept 0.75: sqrt, unseen mean, r = 0.25)" in flat
     rc, _ = _advise(tmp_path, *runs, "--rates", "0.25,0.5", "--screen-k", "2", "--min-kept", "0.6")
     flat = " ".join(capsys.readouterr().out.split())
-    assert rc == 0 and "chosen: history, unseen mean at r = 0.25" in flat  # zero-share is under 0.6
+    assert rc == 0 and "chosen: sqrt, unseen mean at r = 0.25" in flat  # zero-share is under 0.6
     rc, _ = _advise(tmp_path, *runs, "--rates", "0.25,0.5", "--screen-k", "2", "--min-kept", "0.9")
     text = capsys.readouterr().out
     assert rc == 0  # nothing keeps 90% of them at a real saving
@@ -337,3 +341,70 @@ def test_the_uniform_reference_counts_the_weights_spread_too():
     assert "cost more variance than its foresight saves" in line
     line = R._against_uniform(R.Point("zero-share", 0.6, 0.50, 0.50, 0.5, 0.2), 0.5)
     assert line.endswith("the history is no better than a uniform draw here")
+
+
+def test_a_log_that_never_repeats_a_prompt_is_a_blind_draw_for_every_policy(tmp_path):
+    """Every step draws 8 new prompts: no group is of a seen prompt, and at the recommended mode's rate every
+    policy's draw of the unseen prompts is uniform: its effective share over a uniform draw at equal cost
+    is 0 exactly, while the oracle's shows the headroom."""
+    rng = random.Random(5)
+    groups = [(list(range(8 * s, 8 * s + 8)), [[1.0] * G if rng.random() < 0.5 else [0.0, 1.0] * (G // 2)
+               for _ in range(8)]) for s in range(12)]  # fmt: skip
+    a = A.analyse(make_run(tmp_path, "new", groups), Settings(), (0.5,), ())
+    for rule in ("zero-share", "zero-share sqrt", "zero-share uniform"):
+        cell = a.replayed[rule][0.0]
+        assert cell["grad_seen"] == 0 and np.isnan(cell["effective_seen"])
+        assert cell["grad_unseen"] == cell["grad_seen"] + sum(
+            sum(max(g) != min(g) for g in rw) for _, rw in groups
+        )
+        assert cell["effective_unseen"] == pytest.approx(cell["uniform_unseen"], abs=1e-12)
+    oracle = a.replayed["zero-share oracle"][0.0]
+    assert oracle["effective_unseen"] > oracle["uniform_unseen"] + 0.2
+    over = R.over_uniform([a])
+    assert over["zero-share sqrt"]["unseen"] == pytest.approx(0.0, abs=1e-12) and np.isnan(
+        over["zero-share"]["seen"]
+    )
+
+
+def test_seen_and_unseen_groups_are_split_by_the_history_before_the_step(tmp_path):
+    # the predictable log: step 1's prompts are unseen (4 of its groups carry gradient), the 9 later steps'
+    # are seen (36); the uniform policy's effective share equals its equal-cost uniform draw's on both
+    a = A.analyse(make_run(tmp_path, "g", predictable()), Settings(), (0.5,), ())
+    uni, prop = a.replayed["zero-share uniform"][0.0], a.replayed["zero-share"][0.0]
+    assert (uni["grad_unseen"], uni["grad_seen"]) == (4, 36)
+    for subset in ("seen", "unseen"):
+        assert uni[f"effective_{subset}"] == pytest.approx(uni[f"uniform_{subset}"])
+    # decay 0: a seen prompt's last group foresees the next, so the history beats chance on seen prompts only
+    assert prop["effective_seen"] > prop["uniform_seen"] + 0.1
+    assert prop["effective_unseen"] == pytest.approx(prop["uniform_unseen"])
+
+
+def test_the_sqrt_rule_reads_the_logged_lengths_as_costs(tmp_path):
+    """Every group is mixed alike; even prompts' completions are 100 tokens, odd ones' 4. With lengths the
+    history learns the costs and the sqrt rule (budget: expected cost) keeps the cheap prompts more often,
+    so it rolls out more gradient groups than proportional at the same generation cost; without lengths
+    every cost is alike and the two agree."""
+    steps = [(list(range(8)), [[1.0, 0.0] * (G // 2)] * 8) for _ in range(6)]
+    lengths = [[[100] * G if i % 2 == 0 else [4] * G for i in range(8)] for _ in steps]
+    timed = A.analyse(make_run(tmp_path, "t", steps, lengths=lengths), Settings(), (0.5,), ())
+    plain = A.analyse(make_run(tmp_path, "p", steps), Settings(), (0.5,), ())
+    # every group carries gradient, so zero-share's rate is 0 after step 1: compare at the fixed rate 0.5
+    sq, prop = timed.replayed["sqrt, unseen mean"][0.5], timed.replayed["history, unseen mean"][0.5]
+    assert sq["kept_seen"] > prop["kept_seen"] + 0.1 and sq["gen"] == pytest.approx(prop["gen"], abs=0.02)
+    assert sq["effective_seen"] > sq["uniform_seen"] + 0.1  # cheap gradient groups: more of them per token
+    p_sq, p_prop = plain.replayed["sqrt, unseen mean"][0.5], plain.replayed["history, unseen mean"][0.5]
+    assert p_sq["kept_seen"] == pytest.approx(p_prop["kept_seen"]) == pytest.approx(0.5)
+
+
+def test_a_sqrt_rule_that_dominates_is_written_with_its_policy(tmp_path):
+    f = A.Machine(0.5)
+    zero = _pt("zero-share", 0.60, 0.50)
+    sqrt = _pt("zero-share sqrt", 0.66, 0.50)
+    assert R.choose([zero, sqrt], f) is sqrt
+    a = A.analyse(make_run(tmp_path, "g", predictable(steps=2)), Settings(), (0.5,), ())
+    flags = R._flags(sqrt, [a])
+    assert flags[:2] == ["--dppo.mode recommended", "--dppo.prompt_policy sqrt"]
+    fixed = R._flags(_pt("sqrt, unseen keep", 0.7, 0.5), [a])
+    assert "--dppo.prompt_rate_control fixed" in fixed and "--dppo.prompt_policy sqrt" in fixed
+    assert "--dppo.unseen_prompts keep" in fixed
+    assert "--dppo.prompt_policy" not in " ".join(R._flags(zero, [a]))
