@@ -15,7 +15,8 @@
 #   zero-share  shrink-unseen-ro0 whose prompt prune rate follows the measured share of groups without
 #            gradient (--dppo.prompt_rate_control zero-share; R_Q, 0.5, is only the first step's rate)
 #   grpo-half  GRPO with half the prompts a step (PROMPTS / 2): the batch shrink rolls out at r_q = 0.5, a
-#            control for "is it only a smaller batch?" (compare calls it not comparable: its batch differs)
+#            control for "is it only a smaller batch?" (compare names it a control, GRPO at DPPO's budget,
+#            comparable: it differs in its batch by design)
 # The equal-cost controls (METHOD.md "Measuring the promise"), for any DPPO arm X above:
 #   X-uniform  X's flags plus --dppo.prompt_policy uniform (q = 1 - r for every prompt under the same rate
 #            control): an arm that differs from X in the selection alone

@@ -23,26 +23,18 @@ import json
 import statistics
 
 from openrlhf_dppo.report import checks as C
+from openrlhf_dppo.report import controls
 from openrlhf_dppo.report import speedup as S
 from openrlhf_dppo.report.comparability import (
     SEED_KEYS,
     arm_differences,
+    arm_key,
     flatten,
-    is_run_specific,
 )
 from openrlhf_dppo.report.curves import Spread, mean_curve, within_spread
 from openrlhf_dppo.report.model import Arm, Comparison, Report
 from openrlhf_dppo.report.run import Run
 from openrlhf_dppo.report.summary import RunSummary, Settings, heldout_curve, summarize, train_clock
-
-
-def arm_key(config: dict) -> str:
-    """What makes two runs one arm: the config without seeds, per-run paths and logger names."""
-    args = flatten(config.get("args") or {})
-    key = {k: v for k, v in args.items() if k not in SEED_KEYS and not is_run_specific(k)}
-    key.update({f"dppo_config.{k}": v for k, v in (config.get("dppo") or {}).items() if k != "seed"})
-    key["algo"] = config.get("algo")
-    return json.dumps(key, sort_keys=True, default=str)
 
 
 def pattern_name(names: list[str]) -> str:
@@ -135,7 +127,10 @@ def compare_arms(base: Arm, other: Arm) -> Comparison:
         rollout_measured=measured is not None,
         ideal_ratio=S.rollout_step_ratio(clamp(f), g, clamp(r_o)) if f is not None else None,
         lossless_ratio=base.mean_of("lossless_ratio"),
-        differences=arm_differences(base.members[0].run.config, other.members[0].run.config),
+        differences=controls.designed(
+            other, base, arm_differences(base.members[0].run.config, other.members[0].run.config)
+        ),
+        control=controls.kind(other, base),
     )
 
 

@@ -12,8 +12,9 @@ analyses (``report.at_time``, ``report.lossless``, ``report.curve_noise``: all b
 3. **Held-out datasets**: the curves average the datasets every evaluated run shares, never each
    run's own (:func:`choose_heldout`).
 4. **Configs and machines**: arms that differ in more than the DPPO flags (``report.comparability``),
-   including a different precision, are "not comparable"; a different machine is a warning about
-   every time; a run that does not record its machine is named.
+   including a different precision, are "not comparable" (a control arm's designed differences aside,
+   ``report.controls``); a different machine is a warning about every time; a run that does not record
+   its machine is named.
 5. **Curves**: an arm (or seed) already at the target at its first smoothed eval point has no
    crossing to measure; a final value that trails the last reading by more than twice the SE of one
    eval point says the curve still moves at its end; a baseline whose mean curve rose over its last
@@ -30,6 +31,7 @@ analyses (``report.at_time``, ``report.lossless``, ``report.curve_noise``: all b
 from __future__ import annotations
 
 from openrlhf_dppo import run_dir as R
+from openrlhf_dppo.report import controls
 from openrlhf_dppo.report.comparability import (
     MACHINE_CATEGORY,
     SET_BY_DPPO_CATEGORY,
@@ -131,7 +133,9 @@ def comparison_warnings(c: Comparison) -> list[str]:
     machine = [d for d in c.differences if d.category == MACHINE_CATEGORY]
     if breaking:
         keys = ", ".join(f"{d.key} ({d.category})" for d in breaking)
-        out.append(f"{other} is not comparable with {base}: differs in {keys}")
+        note = controls.design_note(c)
+        designed = "" if note is None else f" (it is {note}: that alone would be comparable)"
+        out.append(f"{other} is not comparable with {base}: differs in {keys}{designed}")
     if packing:
         out.append(
             f"{other} and {base} differ in the packing args DPPO turns on ({', '.join(packing)}): "

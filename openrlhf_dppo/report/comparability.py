@@ -5,7 +5,9 @@ is compared (the nested ``args`` of run_config.json, flattened to dotted keys) e
 ones that must differ between two runs (output / checkpoint / run directories, logger names). The
 differing keys are grouped under the headings a reader checks first: model, data, group size, seeds,
 hardware; everything else is listed under "other OpenRLHF args". Between a DPPO and a GRPO run, the
-packing args that the DPPO trainer turns on itself are listed apart and do not break comparability.
+packing args that the DPPO trainer turns on itself are listed apart and do not break comparability;
+so are, under "control (by design)", the args a recognised control arm is designed to differ in
+(``report.controls``: :func:`by_design`).
 
 The machine (run_config.json's ``machine``, ``openrlhf_dppo.run_dir.MACHINE``) is compared too: a
 different precision breaks comparability (bf16 and fp32 neither learn nor run alike); a different CPU
@@ -16,7 +18,8 @@ two machines, and the report says so. Runs that do not record the machine are re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 from typing import Any
 
 from openrlhf_dppo import run_dir as R
@@ -47,21 +50,25 @@ SET_BY_DPPO = frozenset(
 SET_BY_DPPO_CATEGORY = "packing (set by DPPO)"
 PRECISION_CATEGORY = "precision"  # machine.precision: breaks comparability
 MACHINE_CATEGORY = "machine"  # the other machine fields: times come from two machines
-NOT_BREAKING = frozenset({SET_BY_DPPO_CATEGORY, MACHINE_CATEGORY})
+# what a recognised control arm differs in by design (``report.controls``: GRPO at DPPO's budget's
+# batch size and the flags that follow from it): reported, not breaking comparability
+CONTROL_CATEGORY = "control (by design)"
+NOT_BREAKING = frozenset({SET_BY_DPPO_CATEGORY, MACHINE_CATEGORY, CONTROL_CATEGORY})
 
 
 @dataclass(frozen=True)
 class Difference:
     category: str  # model | data | group size | seeds | hardware | precision | other OpenRLHF args | packing
-    # (set by DPPO) | machine
+    # (set by DPPO) | machine | control (by design)
     key: str
     baseline: Any
     other: Any
 
     @property
     def breaks_comparison(self) -> bool:
-        """False only for the packing args DPPO sets itself (reported, but they are part of DPPO) and
-        for machine fields other than the precision (reported: the times come from two machines)."""
+        """False only for the packing args DPPO sets itself (reported, but they are part of DPPO), for
+        machine fields other than the precision (reported: the times come from two machines) and for
+        what a control arm differs in by design (:func:`by_design`)."""
         return self.category not in NOT_BREAKING
 
 
@@ -122,6 +129,21 @@ def arm_differences(baseline: dict[str, Any], other: dict[str, Any]) -> list[Dif
     """:func:`config_differences` without the seeds: what two arms (or two seeds of one arm) should
     not differ in."""
     return [d for d in config_differences(baseline, other) if d.key not in SEED_KEYS]
+
+
+def arm_key(config: dict[str, Any]) -> str:
+    """What makes two runs one arm: the config without seeds, per-run paths and logger names."""
+    args = flatten(config.get("args") or {})
+    key = {k: v for k, v in args.items() if k not in SEED_KEYS and not is_run_specific(k)}
+    key.update({f"dppo_config.{k}": v for k, v in (config.get("dppo") or {}).items() if k != "seed"})
+    key["algo"] = config.get("algo")
+    return json.dumps(key, sort_keys=True, default=str)
+
+
+def by_design(differences: list[Difference], keys: frozenset[str]) -> list[Difference]:
+    """``differences`` with those in ``keys`` (what a control arm is designed to differ in) moved to
+    ``CONTROL_CATEGORY``; every other difference as it was."""
+    return [replace(d, category=CONTROL_CATEGORY) if d.key in keys else d for d in differences]
 
 
 def machine_of(config: dict[str, Any]) -> dict[str, Any] | None:

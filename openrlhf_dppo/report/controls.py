@@ -17,6 +17,14 @@ A DPPO arm that is not itself a control is matched to
   prompts per step, if within ``BUDGET_TOLERANCE`` of it (a half batch is no control for an arm that
   rolls out the whole batch); on a tie, the first listed.
 
+A control differs from the baseline by design, and compare (``report.arms``) accepts exactly that as
+comparable, naming the arm a control and what it differs in (:func:`designed_keys`): the uniform arm in
+``--dppo.prompt_policy`` (a DPPO flag, never a break), the budget arm in ``--rollout.batch_size`` and
+the flags ``examples/scripts/train_tiny_cpu.sh`` derives from it: ``--train.batch_size`` (PROMPTS x
+SAMPLES) where it keeps the baseline's ratio to the batch (as many optimizer steps a step), and
+``--train.num_episodes`` (rounded up from PROMPTS) where it is the baseline's scaled by the batch to
+within one episode (the same number of steps). Any other difference still makes it "not comparable".
+
 Its column "vs the same budget, chosen at random" is its training time to the report's target (the
 baseline's final held-out accuracy) over each matched control's, on the arms' mean curves, as the
 matched-accuracy ratio is; "no control run" where none matches.
@@ -33,9 +41,8 @@ import statistics
 import sys
 
 from openrlhf_dppo import run_dir as R
-from openrlhf_dppo.report.arms import arm_key
-from openrlhf_dppo.report.comparability import flatten
-from openrlhf_dppo.report.model import Arm, Report
+from openrlhf_dppo.report.comparability import CONTROL_CATEGORY, Difference, arm_key, by_design, flatten
+from openrlhf_dppo.report.model import Arm, Comparison, Report
 from openrlhf_dppo.report.run import Run, load_run, number
 
 COLUMN = "vs the same budget, chosen at random"
@@ -94,6 +101,47 @@ def kind(arm: Arm, baseline: Arm) -> str | None:
         if r.algo != "grpo" or filtered or size is None or size >= full:
             return None
     return BUDGET
+
+
+def _scales_with_batch(key: str, run: Run, base: Run, slack: float) -> bool:
+    """Whether the run's ``key`` is the baseline's times the ratio of their batch sizes, to within
+    ``slack`` (0: exactly)."""
+    b, b0 = batch_size(run), batch_size(base)
+    v, v0 = number(_args(run).get(key)), number(_args(base).get(key))
+    if b is None or not b0 or v is None or v0 is None:
+        return False
+    return abs(v - v0 * b / b0) <= slack
+
+
+def designed_keys(arm: Arm, baseline: Arm) -> frozenset[str]:
+    """The args the control arm differs in from the baseline by design (module docstring); empty for
+    an arm that is no control, and for the uniform arm, whose designed difference is a DPPO flag."""
+    if kind(arm, baseline) != BUDGET:
+        return frozenset()
+    run, base = arm.members[0].run, baseline.members[0].run  # the runs report.arms compares
+    keys = {"rollout.batch_size"}
+    if _scales_with_batch("train.batch_size", run, base, 0.0):
+        keys.add("train.batch_size")
+    if _scales_with_batch("train.num_episodes", run, base, 1.0):  # each rounded up: within one
+        keys.add("train.num_episodes")
+    return frozenset(keys)
+
+
+def designed(arm: Arm, baseline: Arm, differences: list[Difference]) -> list[Difference]:
+    """The arm's ``differences`` from the baseline with those it has by design under the category
+    ``CONTROL_CATEGORY``, which does not break comparability."""
+    return by_design(differences, designed_keys(arm, baseline))
+
+
+def design_note(c: Comparison) -> str | None:
+    """What the compared arm differs in by design, if it is a control: "a control (KIND) that differs
+    by design in KEYS"; None for an arm that is no control."""
+    if c.control is None:
+        return None
+    keys = [d.key for d in c.differences if d.category == CONTROL_CATEGORY]
+    if c.control == UNIFORM:
+        keys = [f"dppo.prompt_policy ({UNIFORM_POLICY})"]
+    return f"a control ({c.control}) that differs by design in {', '.join(keys)}"
 
 
 def _selection_key(arm: Arm) -> str:

@@ -108,6 +108,9 @@ def headline(report: Report) -> list[str]:
             parts.append(step)
         else:
             parts.append("no step-time speedup (too few steps)")
+        note = controls.design_note(c)
+        if note is not None:
+            parts.append(f"[{note}]")
         if not c.comparable:
             parts.append("[configs differ: see warnings]")
         if c.baseline.stopped_early:

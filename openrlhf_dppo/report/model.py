@@ -81,6 +81,7 @@ class Comparison:
     ideal_ratio: float | None  # lower bound of T_other / T_baseline: g (f + (1 - f)(1 - r_o))
     lossless_ratio: float | None  # the baseline's lossless limit (speedup.py item 4), mean over its seeds
     differences: list[Difference] = field(default_factory=list)
+    control: str | None = None  # the arm's kind of control (report.controls.kind), None: no control
 
     @property
     def comparable(self) -> bool:

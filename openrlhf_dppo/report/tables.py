@@ -206,7 +206,8 @@ def speedup_table(report: Report) -> Table:
                 fmt(c.r_q, ".3f"),
                 fmt(c.r_o, ".3f"),
                 fmt(c.lossless_speedup, ".2f", "x"),
-                "yes" if c.comparable else "NO (see warnings)",
+                ("yes" if c.comparable else "NO (see warnings)")
+                + ("" if c.control is None else f"; {controls.design_note(c)}"),
             ]
         )
     title = (

@@ -20,19 +20,23 @@ from openrlhf_dppo.report.arms import build_report
 from openrlhf_dppo.report.headline import headline
 from openrlhf_dppo.report.render import markdown
 from openrlhf_dppo.report.run import load_run
-from openrlhf_dppo.report.tables import heldout_table, summary_table
+from openrlhf_dppo.report.tables import heldout_table, speedup_table, summary_table
 
 CURVE = [0.25, 0.25, 0.375, 0.5, 0.5]
 NEVER = [0.25, 0.25, 0.25, 0.25, 0.25]  # never at .5
 
 
-def edit(path, *, batch=None, policy=None, dppo=None, rolled_out=None):
+def edit(path, *, batch=None, policy=None, dppo=None, rolled_out=None, args=None):
     """Rewrites a curve_run's run_config.json (rollout.batch_size, --dppo.prompt_policy and other DPPO
-    flags, in both places a real run records them) and adds prompts/rolled_out to its training lines."""
+    flags, in both places a real run records them, other args as {"group.flag": value}) and adds
+    prompts/rolled_out to its training lines."""
     cfg_path = path / "run_config.json"
     cfg = json.loads(cfg_path.read_text())
     if batch is not None:
         cfg["args"]["rollout"]["batch_size"] = batch
+    for dotted, value in (args or {}).items():
+        group, flag = dotted.split(".")
+        cfg["args"].setdefault(group, {})[flag] = value
     for key, value in (({"prompt_policy": policy} if policy else {}) | (dppo or {})).items():
         cfg["dppo"][key] = cfg["args"]["dppo"][key] = value
     cfg_path.write_text(json.dumps(cfg))
@@ -165,3 +169,72 @@ def test_the_budget_of_a_run_is_its_mean_rolled_out_prompts_per_step_rounded_hal
         C.budget_batch_size(load_run(grpo))
     assert C.main(["--budget", str(grpo)]) == 2 and "prompts/rolled_out" in capsys.readouterr().err
     assert C.main(["--budget", str(tmp_path / "absent")]) == 2
+
+
+# train_tiny_cpu.sh's flags that follow from PROMPTS (rollout.batch_size): --train.batch_size PROMPTS x
+# SAMPLES (4 here) and --train.num_episodes ceil(4 x steps x PROMPTS / pool) (150 steps, a pool of 2000)
+GRPO_ARGS = {"train.batch_size": 32, "train.num_episodes": 3}
+TINY_GRPO = ("grpo", 4.0, CURVE, "grpo", {"batch": 8, "args": GRPO_ARGS})
+BUDGET_ARGS = {"train.batch_size": 16, "train.num_episodes": 2}  # episodes ceil(2.4) and ceil(1.2)
+TINY_BUDGET = ("dppo-budget", 3.0, CURVE, "grpo", {"batch": 4, "args": BUDGET_ARGS})
+DESIGNED = "a control (GRPO at DPPO's budget) that differs by design in "
+
+
+def _budget_arm(args):
+    """TINY_BUDGET with ``args`` changed."""
+    return ("dppo-budget", 3.0, CURVE, "grpo", {"batch": 4, "args": BUDGET_ARGS | args})
+
+
+def test_a_budget_arm_that_differs_in_its_batch_alone_is_comparable_and_named_a_control(tmp_path, rundirs):
+    same = {"args": GRPO_ARGS}  # the DPPO arms' flags are GRPO's
+    dppo, uniform = DPPO[:4] + (DPPO[4] | same,), UNIFORM[:4] + (UNIFORM[4] | same,)
+    rep = sitting(tmp_path, rundirs, [TINY_GRPO, dppo, uniform, TINY_BUDGET])
+    budget = rep.comparisons[2]
+    assert budget.comparable and budget.control == C.BUDGET
+    assert [(d.category, d.key) for d in budget.differences] == [
+        ("control (by design)", "rollout.batch_size"),
+        ("control (by design)", "train.batch_size"),
+        ("control (by design)", "train.num_episodes"),
+    ]
+    assert not any("not comparable" in w for w in rep.warnings)
+    note = DESIGNED + "rollout.batch_size, train.batch_size, train.num_episodes"
+    lines = headline(rep)
+    assert f"[{note}]" in lines[2] and "[configs differ" not in lines[2]
+    assert (
+        "[a control (uniform selection) that differs by design in dppo.prompt_policy (uniform)]" in lines[1]
+    )
+    assert "a control" not in lines[0]  # DPPO itself is no control
+    title, headers, rows = speedup_table(rep)
+    assert [row[headers.index("comparable")] for row in rows] == [
+        "yes",
+        "yes; a control (uniform selection) that differs by design in dppo.prompt_policy (uniform)",
+        f"yes; {note}",
+    ]
+    assert "| control (by design) | `rollout.batch_size` | 8 | 4 |" in markdown(rep)
+    # episodes rounded up from another batch are the design too: ceil(1.5) = 2 for 5 prompts, not 3 x 5 / 8
+    five = _budget_arm({"train.batch_size": 20})
+    five[4]["batch"] = 5
+    rep = sitting(tmp_path / "b", rundirs, [TINY_GRPO, five])
+    assert rep.comparisons[0].comparable and headline(rep)[0].endswith(f"[{note}]")
+
+
+def test_a_budget_arm_that_differs_in_anything_else_is_still_not_comparable(tmp_path, rundirs):
+    cases = (
+        ({"actor.learning_rate": 2e-6}, "actor.learning_rate (other OpenRLHF args)"),
+        ({"train.batch_size": 8}, "train.batch_size (other OpenRLHF args)"),  # 2 optimizer steps a step
+        ({"train.num_episodes": 4}, "train.num_episodes (other OpenRLHF args)"),  # more steps
+    )
+    for i, (args, flagged) in enumerate(cases):
+        rep = sitting(tmp_path / str(i), rundirs, [TINY_GRPO, _budget_arm(args)])
+        (warning,) = [w for w in rep.warnings if "not comparable" in w]
+        assert warning.startswith(f"dppo-budget is not comparable with grpo: differs in {flagged} (it is ")
+        assert "rollout.batch_size (other" not in warning  # the batch itself is by design
+        assert "[configs differ: see warnings]" in headline(rep)[0]
+        assert not rep.comparisons[0].comparable and rep.comparisons[0].control == C.BUDGET
+    # a larger GRPO batch is no control: its batch breaks the comparison
+    big_args = {"train.batch_size": 64, "train.num_episodes": 5}
+    bigger = ("grpo-16", 3.0, CURVE, "grpo", {"batch": 16, "args": big_args})
+    rep = sitting(tmp_path / "big", rundirs, [TINY_GRPO, bigger])
+    assert rep.comparisons[0].control is None and not rep.comparisons[0].comparable
+    (warning,) = [w for w in rep.warnings if "not comparable" in w]
+    assert "rollout.batch_size (other OpenRLHF args)" in warning and "a control" not in warning
