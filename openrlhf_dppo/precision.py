@@ -31,6 +31,7 @@ import argparse
 import os
 import platform
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from openrlhf_dppo import run_dir
@@ -211,25 +212,56 @@ def machine(precision: str, device: str | None) -> dict:
     }
 
 
-def prepare_parser(parser: argparse.ArgumentParser, device: str) -> None:
+@dataclass(frozen=True)
+class ParamDtype:
+    """``--ds.param_dtype`` as OpenRLHF declares it (its default and choices), read by ``prepare_parser``."""
+
+    default: str
+    choices: tuple[str, ...]
+
+    def settle(self, value: str | None, device: str) -> str:
+        """The flag's value once the run's device is known, for a parser prepared without it (value None:
+        not given). On CPU: the value, else the CPU's choice (``resolve``); on CUDA: OpenRLHF's rule (its
+        default, and only its choices). Raises PrecisionError naming the flag or the variable."""
+        if device not in DEVICES:
+            raise ValueError(f"device={device!r}: expected one of {', '.join(DEVICES)}")
+        if device == "cpu":
+            return resolve() if value is None else value
+        if value is None:
+            return self.default
+        if value not in self.choices:
+            raise PrecisionError(
+                f"{FLAG} {value}: this is a CUDA run, where OpenRLHF takes {' or '.join(self.choices)} "
+                f"({value} is for a CPU run)"
+            )
+        return value
+
+
+def prepare_parser(parser: argparse.ArgumentParser, device: str | None) -> ParamDtype:
     """On a CPU run: ``--ds.param_dtype`` also takes fp32, and its default is the CPU's choice (``resolve``).
 
     device: "cpu" | "cuda", where the run's workers compute (``compat.cpu.decide()``), not what the
     driver's torch sees: a driver on a GPU-less head node leaves a GPU run's flag as OpenRLHF has it.
-    Unchanged on a CUDA run. A bad ``OPENRLHF_DPPO_CPU_PRECISION`` exits with status 2 and a one-line error.
+    Unchanged on a CUDA run. None: not known yet (a driver without CUDA joining the cluster at
+    ``RAY_ADDRESS``, which the CLI asks once the command line is validated): fp32 is taken and the
+    default left unset (None), for ``ParamDtype.settle`` to choose once the device is known.
+    A bad ``OPENRLHF_DPPO_CPU_PRECISION`` exits with status 2 and a one-line error.
+    Returns the flag as OpenRLHF declared it.
     """
-    if device not in DEVICES:
-        raise ValueError(f"device={device!r}: expected one of {', '.join(DEVICES)}")
-    if device != "cpu":
-        return
+    if device is not None and device not in DEVICES:
+        raise ValueError(f"device={device!r}: expected one of {', '.join(DEVICES)} or None (not known yet)")
     action = next((a for a in parser._actions if a.dest == FLAG_DEST), None)
     if action is None:
         raise RuntimeError(f"OpenRLHF's parser has no {FLAG}: another OpenRLHF version?")
+    host = ParamDtype(action.default, tuple(action.choices or ()))
+    if device == "cuda":
+        return host
     try:
-        action.default = resolve()
+        action.default = resolve() if device == "cpu" else None
     except PrecisionError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
-    action.choices = [*(action.choices or ()), *(c for c in TORCH_DTYPES if c not in (action.choices or ()))]
+    action.choices = [*host.choices, *(c for c in TORCH_DTYPES if c not in host.choices)]
+    return host
 
 
 def main(argv: list[str] | None = None) -> int:

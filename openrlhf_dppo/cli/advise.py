@@ -20,6 +20,19 @@ import sys
 from openrlhf_dppo.report.load import expand
 
 
+def _share(text: str) -> float:
+    """``--gen-share``: a share of the step strictly inside (0, 1) (0: generation free, 1: training free)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(
+            f"a generation share of the step lies in (0, 1) (0 or 1 would leave a phase free), got {text}"
+        )
+    return value
+
+
 def build_parser(prog: str = "openrlhf-dppo advise") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=prog,
@@ -29,10 +42,10 @@ def build_parser(prog: str = "openrlhf-dppo advise") -> argparse.ArgumentParser:
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories or globs")
     ap.add_argument(
         "--gen-share",
-        type=float,
+        type=_share,
         default=None,
         metavar="F",
-        help="a generation share of the step to give the speedups at too (e.g. 0.7 for a GPU run)",
+        help="a generation share of the step, in (0, 1), to give the speedups at too (e.g. 0.7 for a GPU run)",
     )
     ap.add_argument(
         "--rates",
@@ -72,8 +85,6 @@ def main(argv: list[str] | None = None) -> int:
         ks = _numbers(args.screen_k, "--screen-k", int)
         if any(not 0.0 < r < 1.0 for r in rates):
             raise ValueError(f"--rates must lie in (0, 1 - q_min], got {args.rates}")
-        if args.gen_share is not None and not 0.0 <= args.gen_share <= 1.0:
-            raise ValueError(f"--gen-share is a share of the step in [0, 1], got {args.gen_share}")
         if args.min_kept is not None and not 0.0 < args.min_kept <= 1.0:
             raise ValueError(f"--min-kept must be in (0, 1], got {args.min_kept}")
         paths = [p for pattern in args.runs for p in expand(pattern, "run")]

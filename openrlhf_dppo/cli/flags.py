@@ -170,27 +170,92 @@ def dppo_values_from_flags(flags: dict) -> dict:
 
 
 MODE_FLAG = "--dppo.mode"
+_NOT_GIVEN = object()  # the default a flag holds while parse_given finds out whether it was given
 
 
-def expand_mode(argv: list[str]) -> tuple[list[str], str | None]:
-    """``--dppo.mode NAME`` (the last one wins, ``--dppo.mode=NAME`` too): the preset's flags
-    (``core.config.MODE_PRESETS``) go in front of ``argv``, so every flag the command line gives wins over
-    them. Returns (argv, a line saying what the preset set, or None). An unknown name is left to the
-    parser, which refuses it with the valid choices."""
-    name = None
-    for i, tok in enumerate(argv):
-        if tok == MODE_FLAG and i + 1 < len(argv):
-            name = argv[i + 1]
-        elif tok.startswith(MODE_FLAG + "="):
-            name = tok.split("=", 1)[1]
-    preset = MODE_PRESETS.get(name or "", {})
+def preset_fields() -> list[str]:
+    """Every field some ``--dppo.mode`` preset sets (``core.config.MODE_PRESETS``)."""
+    return list(dict.fromkeys(k for preset in MODE_PRESETS.values() for k in preset))
+
+
+def parse_given(
+    parser: argparse.ArgumentParser, argv: list[str], names: list[str]
+) -> tuple[argparse.Namespace, set[str]]:
+    """``parser.parse_args(argv)`` and which of the ``--dppo.<name>`` flags in ``names`` the command line
+    gave, as argparse read it: abbreviated (OpenRLHF's parser allows abbreviations), ``--flag=value``, in
+    any order, even at the default's value. The namespace holds the defaults of the others."""
+    actions = [a for a in parser._actions if a.dest in {f"dppo.{n}" for n in names}]
+    defaults = {a.dest: a.default for a in actions}
+    for action in actions:
+        action.default = _NOT_GIVEN
+    try:
+        ns = parser.parse_args(argv)
+    finally:
+        for action in actions:
+            action.default = defaults[action.dest]
+    given = set()
+    for dest, default in defaults.items():
+        if getattr(ns, dest) is _NOT_GIVEN:
+            setattr(ns, dest, default)
+        else:
+            given.add(dest[len("dppo.") :])
+    return ns, given
+
+
+@dataclass(frozen=True)
+class ModeChoice:
+    """What ``--dppo.mode NAME`` set (``apply_mode``): ``applied`` field -> value, the fields the command line
+    gave itself (``kept``), the preset's values its other flags refuse (``left_out``: field -> the refusal),
+    ``inert`` under ``--dppo.enable false`` (GRPO: the preset sets nothing)."""
+
+    name: str
+    applied: dict[str, object]
+    kept: tuple[str, ...] = ()
+    left_out: dict[str, str] = dataclasses.field(default_factory=dict)
+    inert: bool = False
+
+    def flags(self) -> list[str]:
+        """The applied values as flags (run_config.json's argv records them in front of the command line)."""
+        return [w for k, v in self.applied.items() for w in (f"--dppo.{k}", str(v))]
+
+    def note(self) -> str:
+        """The start-up line: what the preset set, what it did not, and why."""
+        head = f"{MODE_FLAG} {self.name}: "
+        if self.inert:
+            return head + "nothing set: --dppo.enable false runs GRPO, which the preset's flags do not change"
+        note = head + (", ".join(f"--dppo.{k} {v}" for k, v in self.applied.items()) or "nothing")
+        if self.kept:
+            note += f" (the command line's own {', '.join(f'--dppo.{k}' for k in self.kept)} kept)"
+        for k, why in self.left_out.items():
+            note += f"; --dppo.{k} {MODE_PRESETS[self.name][k]} left out (the field's default kept): {why}"
+        return note
+
+
+def apply_mode(
+    flags: dict, given: set[str], refusal: typing.Callable[[dict], str | None]
+) -> tuple[dict, ModeChoice | None]:
+    """The parsed flat namespace's dict with ``--dppo.mode``'s preset applied, and what it set (None: no
+    preset). The rule (the mode's help): the preset sets only the fields the command line did not give
+    (``given``, from ``parse_given``), in the preset's order, and a value that would make ``refusal`` refuse
+    the command (a message; None: accepted) is left out, the field keeping its default: a preset never
+    makes the command line's own flags fail. Nothing is set where the command alone is refused (its own
+    error is the one to report) nor under ``--dppo.enable false``."""
+    name = flags.get("dppo.mode")
+    preset = MODE_PRESETS.get(name or "") or {}
     if not preset:
-        return list(argv), None
-    pairs = [(f"--dppo.{k}", str(v)) for k, v in preset.items()]
-    given = {tok.split("=", 1)[0] for tok in argv if tok.startswith("--dppo.")}
-    kept = [f"{f} {v}" for f, v in pairs if f not in given]
-    overridden = [f for f, _ in pairs if f in given]
-    note = f"--dppo.mode {name}: " + (", ".join(kept) if kept else "nothing")
-    if overridden:
-        note += f" (the command line's own {', '.join(overridden)} kept)"
-    return [w for pair in pairs for w in pair] + list(argv), note
+        return flags, None
+    kept = tuple(k for k in preset if k in given)
+    if not flags.get("dppo.enable", True):
+        return flags, ModeChoice(name, {}, kept, inert=True)
+    out, applied, left_out = dict(flags), {}, {}
+    if refusal(out) is None:
+        for k, v in preset.items():
+            if k in given:
+                continue
+            trial = {**out, f"dppo.{k}": v}
+            why = refusal(trial)
+            if why is None:
+                out, applied[k] = trial, v
+            else:
+                left_out[k] = why
+    return out, ModeChoice(name, applied, kept, left_out)

@@ -8,13 +8,16 @@ imports, Ray among them, are not run: ``ast`` checks that the block needs nothin
 standard-library imports), with two statements replaced -- each must read exactly as below:
 
 1. ``args = parser.parse_args()``  ->  ``args = __dppo_parse_args__(parser)``: adds the generated
-   ``DPPO`` argument group (``openrlhf_dppo.cli.flags``; ``--help`` lists it), parses, and validates
-   DPPO's flags, its requirements and the input files (``openrlhf_dppo.cli.validate``) BEFORE
+   ``DPPO`` argument group (``openrlhf_dppo.cli.flags``; ``--help`` lists it), parses, applies
+   ``--dppo.mode``'s preset to the fields the command line left unset (``flags.apply_mode``), and
+   validates DPPO's flags, its requirements and the input files (``openrlhf_dppo.cli.validate``) BEFORE
    OpenRLHF's validation; then, with DPPO on, turns on ``--train.dynamic_batch_enable`` (DPPO trains
    through the packing path; OpenRLHF's validation then sets ``--ds.packing_samples`` and the rollout
    token budget);
-2. the final ``train(args)``  ->  ``__dppo_train__(args)``: installs the CPU layer (a no-op with CUDA)
-   and the DPPO classes (``openrlhf_dppo.adapters.install``, given the ``DPPOConfig`` validated in step
+2. the final ``train(args)``  ->  ``__dppo_train__(args)``: where the driver alone cannot tell where the
+   workers compute (no CUDA here, ``RAY_ADDRESS`` set), asks that cluster now, with a timeout
+   (``compat.cpu.decide``): ``--help`` and bad input never wait for a cluster; installs the CPU layer
+   (a no-op with CUDA) and the DPPO classes (``openrlhf_dppo.adapters.install``, given the ``DPPOConfig`` validated in step
    1 and the run metadata: command line, start time), then calls OpenRLHF's real ``train``.
    Ray is first imported here: bad input never starts it. An AssertionError of OpenRLHF's validation
    (between the two) becomes a one-line error with status 2, like DPPO's own refusals.
@@ -36,10 +39,10 @@ import time
 from types import SimpleNamespace
 from typing import Callable, Sequence
 
-from openrlhf_dppo.cli.flags import add_dppo_arguments, expand_mode
+from openrlhf_dppo.cli.flags import add_dppo_arguments, apply_mode, parse_given, preset_fields
 from openrlhf_dppo.cli.validate import FlagError, limit_notices, validate
 from openrlhf_dppo.compat import cpu
-from openrlhf_dppo.precision import prepare_parser
+from openrlhf_dppo.precision import PrecisionError, prepare_parser
 
 OPENRLHF_SCRIPT = "openrlhf.cli.train_ppo_ray"
 PARSE_HOOK = "__dppo_parse_args__"
@@ -121,11 +124,20 @@ def _imported_module(stmt: ast.AST) -> str:
 
 
 def _apply_cpu_compat(args) -> None:
-    """Install the CPU layer for a run the command line found to be a CPU run (``decide()`` in the parse
-    step: no CUDA on the driver, no GPU in the Ray cluster); every worker checks for itself again."""
+    """Install the CPU layer for a run the command line found to be a CPU run (``decide_locally()`` in the
+    parse step or ``decide()`` in the train step: no CUDA on the driver, no GPU in the Ray cluster); every worker checks for itself again."""
     # as many stand-in GPUs as this run's groups ask for; the engine and weight sync in --ds.param_dtype
     choice = cpu.DeviceChoice(cpu.CPU, "decided by the command line (its line above says why)")
     cpu.apply(fake_gpus=cpu.stand_in_gpus(args), precision=args.ds.param_dtype, choice=choice)
+
+
+def _refusal(flags: dict) -> str | None:
+    """Why ``validate`` refuses the flat namespace ``flags`` (input files not looked at), or None."""
+    try:
+        validate(flags, check_inputs=False)
+    except FlagError as err:
+        return str(err)
+    return None
 
 
 def main(
@@ -155,25 +167,30 @@ def main(
         argv = expand_argv(argv)
     except ConfigError as err:
         raise SystemExit(f"train_dppo_ray: --config: {err}") from err
-    argv, mode_note = expand_mode(argv)  # --dppo.mode's flags in front: the command line's own win
     origin, tree = _load_openrlhf_main()
-    state = SimpleNamespace(cfg=None, opts=None, result=None, parser=None, training=False, choice=None)
+    state = SimpleNamespace(
+        cfg=None, opts=None, result=None, parser=None, training=False, choice=None, dtype=None, mode=None
+    )
 
     def parse_hook(parser: argparse.ArgumentParser):
         state.parser = add_dppo_arguments(parser)
-        try:  # where the workers compute: the driver's CUDA, and the cluster's GPUs when it joins one
-            state.choice = cpu.decide()
+        try:  # where the workers compute, where nothing needs asking: the environment, the driver's CUDA
+            state.choice = cpu.decide_locally()  # None: the cluster at RAY_ADDRESS is asked in train_hook
         except cpu.DeviceChoiceError as err:
             parser.exit(2, f"{parser.prog}: error: {err}\n")
-        # on a CPU run: --ds.param_dtype takes fp32 and defaults to the CPU's choice
-        prepare_parser(parser, state.choice.device)
-        ns = parser.parse_args(argv)
+        # on a CPU run: --ds.param_dtype takes fp32 and defaults to the CPU's choice (not known yet: settled
+        # in train_hook)
+        state.dtype = prepare_parser(parser, None if state.choice is None else state.choice.device)
+        ns, given = parse_given(parser, argv, preset_fields())
+        # --dppo.mode: the preset sets what the command line did not, where its other flags accept it
+        flags, state.mode = apply_mode(vars(ns), given, _refusal)
+        ns = argparse.Namespace(**flags)
         try:  # before OpenRLHF's validation, whose asserts would hide DPPO's reasons
-            state.cfg, state.opts = validate(vars(ns), check_inputs=check_inputs)
+            state.cfg, state.opts = validate(flags, check_inputs=check_inputs)
         except FlagError as err:  # the message alone: OpenRLHF's usage text runs to hundreds of lines
             parser.exit(2, f"{parser.prog}: error: {err}\n")
         notes = state.cfg.notices() + limit_notices(vars(ns), state.cfg.enable)
-        for line in ([mode_note] if mode_note and state.cfg.enable else []) + notes:
+        for line in ([state.mode.note()] if state.mode else []) + notes:
             print(f"[openrlhf-dppo] {line}")
         if state.cfg.enable and not getattr(ns, "train.dynamic_batch_enable"):
             print("[openrlhf-dppo] DPPO trains packed micro-batches: turning on --train.dynamic_batch_enable")
@@ -181,6 +198,12 @@ def main(
         return ns
 
     def train_hook(args):
+        if state.choice is None:  # asked only now: --help and bad input never wait for a cluster
+            try:
+                state.choice = cpu.decide()
+                args.ds.param_dtype = state.dtype.settle(args.ds.param_dtype, state.choice.device)
+            except (cpu.DeviceChoiceError, PrecisionError) as err:
+                state.parser.exit(2, f"{state.parser.prog}: error: {err}\n")
         state.training = True
         if train_fn is not None:
             state.result = train_fn(args)
@@ -195,7 +218,8 @@ def main(
 
         opts = state.opts
         run = RunMeta(
-            argv=list(argv), start_time=start_time, run_dir=opts.run_dir, max_steps=opts.max_steps,
+            argv=[*(state.mode.flags() if state.mode else []), *argv],  # the preset's values as flags
+            start_time=start_time, run_dir=opts.run_dir, max_steps=opts.max_steps,
             schedule_steps=opts.schedule_steps, device=state.choice.device,
         )  # fmt: skip
         install(state.cfg, run)  # the config and run options validated above, passed as they are

@@ -24,9 +24,9 @@ from openrlhf_dppo.core.weights import TOKEN_NORMALIZERS
 PROMPT_BATCH_MODES = ("shrink", "refill")
 SHORT_BATCH_RULES = ("drop", "train")
 UNSEEN_PROMPT_RULES = UNSEEN_RULES  # PromptHistory.signals' unseen rules
-#: --dppo.mode: a name for a set of flags. ``custom``: the flags as given; a preset stands for the flags below,
-#: which the command line expands in front of the user's own (``cli.flags.expand_mode``: a flag given on the
-#: command line wins), so run_config.json's argv records them.
+#: --dppo.mode: a name for a set of flags. ``custom``: the flags as given; a preset sets the fields below that
+#: the command line leaves unset, where its other flags accept the value (``cli.flags.apply_mode``, the rule of
+#: the mode's help); run_config.json's argv records what it set, as flags in front of the command line.
 MODE_PRESETS = {
     "custom": {},
     # the closest to GRPO's final held-out accuracy in the least training time on both CPU tasks
@@ -85,8 +85,11 @@ class DPPOConfig:
         "custom",
         "a named flag set: custom = the --dppo.* flags as given; recommended = --dppo.prompt_rate_control "
         "zero-share --dppo.prompt_prune_rate 0.5 --dppo.unseen_prompts mean --dppo.completion_prune_rate 0 "
-        "(the best time to GRPO's accuracy on both CPU tasks; the first epoch is pruned too), expanded in "
-        "front of the command line's own flags, which win",
+        "(the best time to GRPO's accuracy on both CPU tasks; the first epoch is pruned too). A preset sets "
+        "only what the command line leaves unset (a flag it gives wins, abbreviated or not), and never makes "
+        "its flags fail: a preset value they would refuse (e.g. a rate above --dppo.prompt_prune_rate_max) "
+        "is left out, the field keeping its default, and the start-up line says so; under --dppo.enable "
+        "false (GRPO) it sets nothing",
         choices=tuple(MODE_PRESETS),
     )
     prompt_prune_rate: float = option(

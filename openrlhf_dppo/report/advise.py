@@ -18,7 +18,8 @@ made with ``--dppo.prompt_log true``, prompts.jsonl (``prompt_log``):
    the history's AUC on seen prompts.
 
 A run whose log has prompts rolled out with q < 1 (a DPPO run) is not replayed: its log holds only what
-its own rule kept. Each run's ``notes`` say what its logs are too short, or lack, to tell.
+its own rule kept; nor is a log in which no group carried gradient (every group's G rewards equal):
+there is nothing to select, and a kept share of no groups is undefined. Each run's ``notes`` say what its logs are too short, or lack, to tell.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from openrlhf_dppo.report.summary import RunSummary, Settings, summarize
 
 MIN_STEPS_TREND = 50  # fewer steps: the trend of the share is not told
 MIN_RECURRENCE = 0.3  # a smaller share of groups seen before: the history is judged on too few prompts
+NO_GRADIENT = "no group carried gradient (every group's G rewards were equal); nothing to select"
 
 
 @dataclass
@@ -54,6 +56,7 @@ class RunAdvice:
     group_size: int | None
     lengths_logged: bool
     warmup: int = 1
+    no_gradient: bool = False  # a GRPO prompt log in which every group's rewards were all equal
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -191,7 +194,10 @@ def analyse(path: str, settings: Settings, rates: tuple[float, ...], ks: tuple[i
                 f"only {rec['seen_before']:.0%} of the logged groups were of a prompt seen before: the history "
                 "rules are judged mostly on unseen prompts (a longer run, more epochs, tells more)"
             )
-    if steps is not None and why is None:
+    no_gradient = steps is not None and why is None and not any(s.grad.any() for s in steps)
+    if no_gradient:
+        notes.append(NO_GRADIENT)
+    elif steps is not None and why is None:
         replayed, auc = replay(steps, cfg), history_auc(steps, cfg)
         if not lengths and any(0 < k < (group_size or 0) for k in ks):
             notes.append(
@@ -217,6 +223,7 @@ def analyse(path: str, settings: Settings, rates: tuple[float, ...], ks: tuple[i
         group_size=group_size,
         lengths_logged=lengths,
         warmup=settings.warmup,
+        no_gradient=no_gradient,
         notes=notes,
     )
 

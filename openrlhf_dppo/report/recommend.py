@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from openrlhf_dppo.core.config import MODE_PRESETS, DPPOConfig
-from openrlhf_dppo.report.advise import Machine, RunAdvice, measured_machine, pooled
+from openrlhf_dppo.report.advise import NO_GRADIENT, Machine, RunAdvice, measured_machine, pooled
 
 TIE = 0.02  # a speedup or effective share within 2% of another is a tie
 BUILT = (
@@ -267,6 +267,12 @@ def recommend(
         lines.append(
             f"all-equal share {statistics.fmean(shares):.3f}: the most any pruning skips at no gradient cost"
         )
+    if not pts and any(a.no_gradient for a in advice):
+        lines.append(
+            f"{NO_GRADIENT}: GRPO learned nothing from these steps either; check the reward function and "
+            "the task's difficulty (all solved or all failed)"
+        )
+        return Recommendation([], None, lines, "not told", too_short)
     if not pts or at is None:
         why = "no GRPO prompt log to replay" if not pts else "neither f nor --gen-share"
         lines.append(f"no rule can be chosen ({why}); rerun GRPO with --dppo.prompt_log true for 50+ steps")

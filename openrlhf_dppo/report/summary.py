@@ -81,8 +81,9 @@ class RunSummary:
     completion_keep: float
     keep_source: str  # which metrics the kept fractions come from
     # (r_q, r_o) from run_config.json; r_q is a text where the rate was set on the fly
-    # (--dppo.prompt_rate_control zero-share: "zero-share from 0.5", the first draw's rate)
-    configured_rates: tuple[float | str | None, float | None]
+    # (--dppo.prompt_rate_control zero-share: "zero-share from 0.5", the first draw's rate); a GRPO run's
+    # are "GRPO" (its --dppo.* rates, recorded or not, pruned nothing)
+    configured_rates: tuple[float | str | None, float | str | None]
     heldout: Curve | None = None  # set by the report once the held-out dataset is chosen
     clock_notes: list[str] = field(default_factory=list)
     time_to_target: float | None = None  # training time to the training-reward target
@@ -260,9 +261,15 @@ def summarize(run: Run, settings: Settings) -> RunSummary:
         prompt_keep=prompt_keep,
         completion_keep=completion_keep,
         keep_source=f"prompts: {src_q}, completions: {src_o}",
-        configured_rates=(_configured_prompt_rate(dppo_cfg), dppo_cfg.get("completion_prune_rate")),
+        configured_rates=GRPO_RATES
+        if run.algo == "grpo"
+        else (_configured_prompt_rate(dppo_cfg), dppo_cfg.get("completion_prune_rate")),
         clock_notes=notes,
     )
+
+
+#: a GRPO run's configured rates: whatever --dppo.* it recorded, nothing was pruned by configuration
+GRPO_RATES = ("GRPO", "GRPO")
 
 
 def _configured_prompt_rate(dppo_cfg: dict) -> float | str | None:

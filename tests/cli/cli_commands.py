@@ -86,10 +86,13 @@ raise ImportError("tests/cli: ray imported -- the command got past validation")
 '''
 
 
-def run_cli(argv: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, bool]:
+def run_cli(
+    argv: list[str], tmp_path: Path, environ: dict | None = None, timeout: float = 600
+) -> tuple[subprocess.CompletedProcess, bool]:
     """Run ``python -m openrlhf_dppo.cli.train_dppo_ray ARGV`` as a user would (cwd ``tmp_path``), with
     a stand-in ``ray`` package first on the path. Returns (the process, whether ``ray`` was imported):
-    nothing can start a Ray cluster without importing ``ray``."""
+    nothing can start a Ray cluster without importing ``ray``. ``environ``: variables set for it
+    (``RAY_ADDRESS`` is unset otherwise)."""
     blocker = tmp_path / "ray_blocker"
     (blocker / "ray").mkdir(parents=True, exist_ok=True)
     (blocker / "ray" / "__init__.py").write_text(_RAY_STAND_IN)
@@ -99,9 +102,10 @@ def run_cli(argv: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProces
     env["PYTHONPATH"] = os.pathsep.join([str(blocker), str(ROOT), env.get("PYTHONPATH", "")])
     env["DPPO_TEST_RAY_MARKER"] = str(marker)
     env.pop("RAY_ADDRESS", None)
+    env.update(environ or {})
     proc = subprocess.run(
         [sys.executable, "-m", "openrlhf_dppo.cli.train_dppo_ray", *argv],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
     return proc, marker.exists()
 

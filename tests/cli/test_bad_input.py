@@ -255,6 +255,37 @@ def test_valid_input_gets_past_validation_to_ray(case, tmp_path):
     assert "tests/cli: ray imported" in proc.stderr and proc.returncode == 1
 
 
+UNREACHABLE = {"RAY_ADDRESS": "127.0.0.1:9"}  # the discard port: no Ray cluster answers there
+
+
+def test_help_and_bad_input_do_not_wait_for_the_cluster_in_ray_address(tmp_path):
+    # the cluster is asked where the workers compute only once the command line is parsed and validated:
+    # Ray's own connection to an unreachable address retries for minutes (the timeout: a start-up here, not
+    # a speed limit)
+    proc, ray_imported = run_cli(["--help"], tmp_path, UNREACHABLE, timeout=120)
+    assert proc.returncode == 0 and "--dppo.mode" in proc.stdout and not ray_imported, proc.stderr[-3000:]
+    argv = local_command(tmp_path) + ["--dppo.prompt_prune_rate", "1.5"]
+    proc, ray_imported = run_cli(argv, tmp_path, UNREACHABLE, timeout=120)
+    assert proc.returncode == 2 and not ray_imported, proc.stderr[-3000:]
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith("train_dppo_ray.py: error: --dppo.prompt_prune_rate: ")
+    )
+
+
+def test_a_valid_command_and_an_unreachable_cluster_get_a_clear_error_naming_ray_address(tmp_path):
+    proc, ray_imported = run_cli(local_command(tmp_path), tmp_path, UNREACHABLE, timeout=120)
+    assert proc.returncode == 2 and not ray_imported, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "train_dppo_ray.py: error: RAY_ADDRESS='127.0.0.1:9': could not ask the Ray cluster whether it has "
+        "GPUs (nothing answers at 127.0.0.1:9: "
+    ), proc.stderr[-3000:]
+    assert last.endswith("set OPENRLHF_DPPO_DEVICE=cuda or OPENRLHF_DPPO_DEVICE=cpu to decide without asking")
+    assert "Traceback" not in proc.stderr
+
+
 def test_a_reward_url_that_answers_gets_past_validation(tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as server:  # accepts connections (backlog): it answers
         url = f"http://127.0.0.1:{server.getsockname()[1]}/get_reward"

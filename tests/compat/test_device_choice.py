@@ -4,8 +4,10 @@ CPU layer by name (``compat/cpu/device_choice.py``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 
 import pytest
 import ray
@@ -76,22 +78,90 @@ def test_the_environment_decides_without_asking_and_is_refused_by_name_when_bad(
         decide({dc.ENV_DEVICE: "cpu"}, cuda=True)
 
 
-def test_a_cluster_that_cannot_be_asked_is_named_with_the_way_out(monkeypatch):
-    def refuse(**kwargs):
-        raise ConnectionError("no GCS at 10.0.0.1:6379")
+# ---- asking the cluster: a child process, with a timeout -----------------------------------------------
+_STAND_IN_RAY = '''"""Stands in for Ray in the child that asks the cluster."""
+import json, os, time
+def is_initialized():
+    return False
+def init(address=None, **kwargs):
+    {init}
+def nodes():
+    return json.loads(os.environ["DPPO_TEST_NODES"])
+'''
 
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", refuse)
+
+@pytest.fixture
+def listening():
+    """An address where something accepts TCP connections (and says nothing): the TCP check passes."""
+    server = socket.create_server(("127.0.0.1", 0))
+    yield f"127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+def stand_in_ray(monkeypatch, tmp_path, init: str, nodes=()) -> None:
+    """The child's ``import ray`` finds a stand-in whose ``init`` runs ``init`` (one statement)."""
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "__init__.py").write_text(_STAND_IN_RAY.format(init=init))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("DPPO_TEST_NODES", json.dumps(list(nodes)))
+
+
+def test_the_cluster_is_asked_by_a_child_process_and_this_one_never_connects(
+    monkeypatch, tmp_path, listening
+):
+    stand_in_ray(monkeypatch, tmp_path, "pass", nodes=[CPU_HEAD, GPU_NODE])
+    monkeypatch.setattr(ray, "init", lambda **kw: pytest.fail("the driver itself connected to the cluster"))
+    assert dc.cluster_nodes(listening) == [CPU_HEAD, GPU_NODE]
+    got = dc.decide({"RAY_ADDRESS": listening}, cuda_available=lambda: False)
+    assert got.device == "cuda" and got.why == f"the Ray cluster at {listening} has 8 GPUs that Ray detected"
+
+
+def test_a_cluster_that_cannot_be_asked_is_named_with_the_way_out(monkeypatch, tmp_path, listening):
+    stand_in_ray(monkeypatch, tmp_path, 'raise ConnectionError("no GCS at " + address)')
     with pytest.raises(dc.DeviceChoiceError) as err:
-        dc.decide({"RAY_ADDRESS": ADDRESS}, cuda_available=lambda: False)
+        dc.decide({"RAY_ADDRESS": listening}, cuda_available=lambda: False)
     assert str(err.value) == (
-        "RAY_ADDRESS='10.0.0.1:6379': could not ask the Ray cluster whether it has GPUs (no GCS at "
-        "10.0.0.1:6379); set OPENRLHF_DPPO_DEVICE=cuda or OPENRLHF_DPPO_DEVICE=cpu to decide without asking"
+        f"RAY_ADDRESS='{listening}': could not ask the Ray cluster whether it has GPUs (ConnectionError: no "
+        f"GCS at {listening}); set OPENRLHF_DPPO_DEVICE=cuda or OPENRLHF_DPPO_DEVICE=cpu to decide without asking"
     )
 
 
-def test_stand_in_gpus_of_this_cpu_machine_are_not_detected():
-    # real Ray: what this machine's node says about GPUs given by hand, the premise of the rule above
+def test_an_address_where_nothing_listens_is_refused_at_once_naming_it(free_port):
+    address = f"127.0.0.1:{free_port}"
+    with pytest.raises(dc.DeviceChoiceError) as err:
+        dc.cluster_nodes(address)
+    message = str(err.value)
+    assert message.startswith(
+        f"RAY_ADDRESS='{address}': could not ask the Ray cluster whether it has GPUs (nothing answers at {address}: "
+    )
+    assert message.endswith(
+        "set OPENRLHF_DPPO_DEVICE=cuda or OPENRLHF_DPPO_DEVICE=cpu to decide without asking"
+    )
+
+
+def test_a_cluster_that_does_not_answer_is_given_up_after_the_timeout(monkeypatch, tmp_path, listening):
+    # Ray's own connection retries for minutes (an unreachable GCS: still retrying at 120 s); the child
+    # that asks is killed at the timeout, with whatever it started
+    stand_in_ray(monkeypatch, tmp_path, "time.sleep(600)")
+    with pytest.raises(dc.DeviceChoiceError) as err:
+        dc.cluster_nodes(listening, timeout_s=3)
+    assert (
+        f"RAY_ADDRESS='{listening}': could not ask the Ray cluster whether it has GPUs (no answer within 3 s"
+        in str(err.value)
+    )
+    assert dc.ASK_TIMEOUT_S <= 120  # the default: a clear error within two minutes, never a hang
+
+
+def test_the_address_forms_ray_takes():
+    assert dc._host_port("10.0.0.1:6379") == ("10.0.0.1", 6379)
+    assert dc._host_port("ray://head:10001") == ("head", 10001)
+    assert dc._host_port("[::1]:6379") == ("::1", 6379)
+    assert dc._host_port("auto") is None  # Ray finds the address itself: no TCP check, the child asks
+
+
+def test_stand_in_gpus_of_this_cpu_machine_are_not_detected(monkeypatch):
+    # real Ray: what this machine's node says about GPUs given by hand, the premise of the rule above, and
+    # the same records as the child process that asks a cluster reads them from its GCS
     if torch.cuda.is_available():
         pytest.fail("this test needs a machine without CUDA (its GPUs would be detected)")
     # a driver's ray.init installs Ray's own SIGTERM / SIGINT handlers in this process, and shutdown
@@ -100,35 +170,34 @@ def test_stand_in_gpus_of_this_cpu_machine_are_not_detected():
     ray.init(address="local", num_cpus=1, num_gpus=2, include_dashboard=False, logging_level="ERROR")
     try:
         nodes = ray.nodes()
+        address = ray.get_runtime_context().gcs_address
+        with monkeypatch.context() as m:
+            m.setattr(ray, "is_initialized", lambda: False)  # as a driver that has not connected
+            asked = dc.cluster_nodes(address)
     finally:
         ray.shutdown()
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     assert [n["Resources"].get("GPU") for n in nodes] == [2.0]
     assert dc.detected_gpus(nodes) == 0
+    assert asked == [{k: n[k] for k in ("Alive", "Resources", "Labels")} for n in nodes]
 
 
 # ---- the driver: cpu.apply and the command line -------------------------------------------------------
 @pytest.fixture
 def fake_cluster(monkeypatch):
-    """A driver without CUDA, RAY_ADDRESS set, and Ray's connection replaced: returns (set nodes, calls)."""
+    """A driver without CUDA, RAY_ADDRESS set, and the cluster's answer replaced: returns (set nodes, the
+    addresses asked)."""
     calls: list[str] = []
-    state = {"nodes": [], "up": False}
+    state = {"nodes": []}
 
-    def init(address=None, **kwargs):
-        calls.append(f"init {address}")
-        state["up"] = True
-
-    def shutdown():
-        calls.append("shutdown")
-        state["up"] = False
+    def ask(address, timeout_s=dc.ASK_TIMEOUT_S):
+        calls.append(address)
+        return list(state["nodes"])
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("RAY_ADDRESS", ADDRESS)
-    monkeypatch.setattr(ray, "is_initialized", lambda: state["up"])
-    monkeypatch.setattr(ray, "init", init)
-    monkeypatch.setattr(ray, "shutdown", shutdown)
-    monkeypatch.setattr(ray, "nodes", lambda: list(state["nodes"]))
+    monkeypatch.setattr(dc, "cluster_nodes", ask)
     return lambda nodes: state.update(nodes=nodes), calls
 
 
@@ -151,7 +220,7 @@ def test_a_cpu_only_driver_joining_a_cluster_with_gpus_applies_no_cpu_patch(fake
     set_nodes([CPU_HEAD, GPU_NODE])
     assert cpu.apply() is False
     assert recorded_apply == [] and cpu.ENV_ACTIVE not in os.environ
-    assert calls == [f"init {ADDRESS}", "shutdown"]  # asked, then let go: OpenRLHF's train connects
+    assert calls == [ADDRESS]  # asked once (by a child process: OpenRLHF's train connects later)
 
 
 def test_a_cpu_only_driver_joining_a_stand_in_cluster_applies_the_cpu_layer(fake_cluster, recorded_apply):
@@ -189,6 +258,30 @@ def test_the_cli_on_a_cpu_only_head_of_a_gpu_cluster_leaves_the_gpu_run_as_openr
     assert seen["apply"] == []  # no CPU patch, no stand-in GPU
     assert seen["args"].ds.param_dtype == "bf16"  # OpenRLHF's default, not this head's CPU choice
     assert seen["run"].device == "cuda"  # what run_config.json records (precision.machine)
+
+
+def test_a_cpu_only_head_asks_the_cluster_after_the_command_line_and_settles_the_dtype_then(
+    fake_cluster, monkeypatch, capsys
+):
+    from openrlhf_dppo.cli import train_dppo_ray as cli
+
+    set_nodes, calls = fake_cluster
+    monkeypatch.setenv(precision.ENV, "fp32")
+    for argv in (["--help"], CLI_RUN + ["--dppo.q_min", "2"]):  # nothing is asked before the parse and checks
+        with pytest.raises(SystemExit):
+            cli.main(argv, train_fn=lambda a: a)
+    assert calls == []
+    set_nodes([CPU_HEAD, GPU_NODE])  # a GPU run: fp32 is a CPU run's, refused by name once that is known
+    with pytest.raises(SystemExit) as err:
+        cli.main(CLI_RUN + ["--ds.param_dtype", "fp32"], train_fn=lambda a: a)
+    assert err.value.code == 2 and calls == [ADDRESS]
+    assert (
+        "error: --ds.param_dtype fp32: this is a CUDA run, where OpenRLHF takes bf16 or fp16"
+        in capsys.readouterr().err
+    )
+    set_nodes([STAND_IN_NODE])  # a CPU run: the flag's default is the CPU's choice, fp32 is taken
+    assert cli.main(CLI_RUN, train_fn=lambda a: a).ds.param_dtype == "fp32"
+    assert cli.main(CLI_RUN + ["--ds.param_dtype", "bf16"], train_fn=lambda a: a).ds.param_dtype == "bf16"
 
 
 def test_the_cli_on_a_machine_without_cuda_and_its_own_ray_runs_the_cpu_layer(monkeypatch):

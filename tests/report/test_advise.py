@@ -266,7 +266,6 @@ def test_the_prompt_log_keeps_optional_lengths(tmp_path):
 def test_bad_input_exits_2_with_the_reason(tmp_path, capsys):
     run = make_run(tmp_path, "g", predictable(steps=2))
     for argv, says in [
-        ([run, "--gen-share", "1.5"], "--gen-share is a share"),
         ([run, "--rates", "0.95"], "--rates must lie in (0, 1 - q_min = 0.9]"),
         ([run, "--rates", "1.5"], "--rates must lie in"),
         ([run, "--rates", "x"], "--rates must be numbers"),
@@ -276,6 +275,44 @@ def test_bad_input_exits_2_with_the_reason(tmp_path, capsys):
         assert cli_main(["advise", *argv]) == 2
         assert says in capsys.readouterr().err
     assert cli_main(["--help"]) == 0 and "advise" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("share", ["0", "1", "1.5", "-0.2", "x"])
+def test_the_parser_refuses_a_generation_share_outside_0_1_naming_the_flag(tmp_path, capsys, share):
+    # 0 would make a step of training alone free of generation, 1 one of generation alone: a division by
+    # zero in a log where no rule trains anything, and no machine either way
+    run = make_run(tmp_path, "g", predictable(steps=2))
+    with pytest.raises(SystemExit) as err:
+        cli_main(["advise", run, "--gen-share", share])
+    assert err.value.code == 2
+    assert "error: argument --gen-share: " in capsys.readouterr().err
+    assert build_parser().parse_args([run, "--gen-share", "0.7"]).gen_share == 0.7
+
+
+def all_equal(steps: int = 10, n: int = 8):
+    """Every prompt drawn every step; every group all equal (half all solved, half all failed)."""
+    return [(list(range(n)), [[float(i % 2)] * G for i in range(n)]) for _ in range(steps)]
+
+
+def test_a_log_in_which_no_group_carried_gradient_says_so_without_a_speedup_or_a_nan(tmp_path, capsys):
+    run = make_run(tmp_path, "eq", all_equal())
+    a = A.analyse(run, Settings(), (0.25, 0.5), (1, 2))
+    assert a.no_gradient and a.replayed is None and a.trend["mean"] == 1.0
+    for extra in ([], ["--gen-share", "0.5"]):
+        rc, out = _advise(tmp_path, run, *extra)
+        text = capsys.readouterr().out
+        flat = " ".join(text.split())
+        assert rc == 0
+        assert "no group carried gradient (every group's G rewards were equal); nothing to select" in flat
+        assert "nan" not in text.lower() and "x at" not in text and "flags:" not in text
+        assert "selection rules replayed" not in text and "screening" not in text
+        assert "nan" not in (out / "advise.md").read_text().lower() and not (out / "advise.png").exists()
+    # pooled with a run whose groups do carry gradient: that run alone is replayed, and no nan spreads
+    other = make_run(tmp_path, "g", predictable())
+    rc, _ = _advise(tmp_path, run, other, "--rates", "0.25,0.5", "--screen-k", "2")
+    text = capsys.readouterr().out
+    assert rc == 0 and "nan" not in text.lower() and "chosen: zero-share" in text
+    assert "eq: no group carried gradient" in " ".join(text.split())
 
 
 def test_training_cost_counts_only_the_gradient_groups_where_the_exact_zero_drop_is_on(tmp_path):

@@ -50,7 +50,7 @@ def test_work_table_counts_filtered_tokens_and_marks_the_rate_as_filtered(
     assert by_run["df"]["tokens filtered"] == "1,000"
     assert by_run["df"]["tokens pruned"] == "0"
     # 1 - 32 / 96 = 0.667 of the generated completions not trained, by the filter
-    assert by_run["df"]["completions not trained r_o"] == "0.667 (cfg 0), filtered, not pruned"
+    assert by_run["df"]["completions not trained r_o"] == "0.667 (cfg GRPO), filtered, not pruned"
     # DPPO's r_o is its pruning (dppo/completion_keep_frac); runs that log no filtered tokens show a dash
     assert by_run["dppo"]["completions not trained r_o"] == "0.500 (cfg 0.5)"
     assert by_run["dppo"]["tokens filtered"] == "—" and by_run["grpo"]["tokens filtered"] == "—"
@@ -66,7 +66,7 @@ def test_a_run_that_logs_zero_filtered_is_not_marked(grpo_dir, tmp_path, rundirs
     _, rows = _columns(work_table(report))
     plain_row = next(row for row in rows if row["run"] == "plain")
     assert plain_row["tokens filtered"] == "0"
-    assert plain_row["completions not trained r_o"] == "0.000 (cfg 0)"
+    assert plain_row["completions not trained r_o"] == "0.000 (cfg GRPO)"
 
 
 def test_a_rate_set_on_the_fly_is_shown_as_its_rule_not_as_its_first_value(grpo_dir, tmp_path, rundirs):
@@ -81,6 +81,21 @@ def test_a_rate_set_on_the_fly_is_shown_as_its_rule_not_as_its_first_value(grpo_
     by_run = {row["run"]: row["prompt prune rate r_q"] for row in table}
     assert by_run["fixed"].endswith(" (cfg 0.5)")  # a run without the field: a fixed rate
     assert by_run["zs"].endswith(" (cfg zero-share from 0.5)")
+
+
+def test_a_grpo_run_is_labelled_grpo_whatever_dppo_rates_it_recorded(grpo_dir, tmp_path, rundirs):
+    # a GRPO run launched with --dppo.mode recommended before the preset stood aside under --dppo.enable
+    # false recorded zero-share from 0.5; its rates pruned nothing, and the table must not read as DPPO's
+    rows = rundirs.train_rows(rundirs.GRPO_PHASES, rundirs.GRPO_REWARD, {})
+    cfg = {"enable": False, "prompt_rate_control": "zero-share", "prompt_prune_rate": 0.5}
+    grpo = rundirs.write_run(
+        tmp_path / "grpo_zs", rows, algo="grpo", dppo={**cfg, "completion_prune_rate": 0.3}
+    )
+    report = build_report([load_run(grpo_dir), load_run(grpo)], Settings(warmup=1))
+    _, table = _columns(work_table(report))
+    row = next(row for row in table if row["run"] == "grpo_zs")
+    assert row["prompt prune rate r_q"] == "0.000 (cfg GRPO)"
+    assert row["completions not trained r_o"] == "0.000 (cfg GRPO)"
 
 
 def test_speedup_table_uses_the_filtered_fraction_as_r_o(grpo_dir, tmp_path, rundirs):

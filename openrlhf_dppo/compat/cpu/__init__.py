@@ -38,6 +38,7 @@ from openrlhf_dppo.compat.cpu.device_choice import (
     DeviceChoiceError,
     DeviceMismatch,
     decide,
+    decide_locally,
 )
 from openrlhf_dppo.compat.cpu.hooks import (
     ENV_ACTIVE,
@@ -103,6 +104,7 @@ __all__ = [
     "apply",
     "cuda_available",
     "decide",
+    "decide_locally",
     "enabled",
     "heartbeat",
     "install",

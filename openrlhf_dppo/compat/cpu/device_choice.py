@@ -12,7 +12,10 @@ sync must never reach those workers. So:
      it (``ray.nodes()``): ``cuda`` when a live node has GPUs that Ray detected there (a ``GPU`` resource
      with the accelerator type Ray records for hardware it found), else ``cpu``. A GPU count given by
      hand to ``ray start --num-gpus`` on a CPU node (the Slurm launcher's CPU runs) has no accelerator
-     type: those are stand-ins, and the run is a CPU run;
+     type: those are stand-ins, and the run is a CPU run. The question goes to a child process that is
+     given ``ASK_TIMEOUT_S`` to answer (Ray's own connection retries for minutes), after a TCP check
+     that something listens at the address; the CLI asks only once the command line is validated
+     (``decide_locally`` first), so ``--help`` and a bad flag never wait for a cluster;
   3. every Ray worker of a ``cpu`` run checks for itself before any patch (``check_worker``, run by the
      setup hook): a worker that sees CUDA refuses to start, and says what to set. Nothing is patched
      on a GPU in silence, whatever the driver decided (a GPU node the cluster did not have yet when it
@@ -21,8 +24,12 @@ sync must never reach those workers. So:
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -33,6 +40,17 @@ CHOICES = (AUTO, CPU, CUDA)
 RAY_ADDRESS = "RAY_ADDRESS"
 DETECTED_TYPE_RESOURCE = "accelerator_type:"  # Ray adds "accelerator_type:<type>" for the GPUs it detects
 DETECTED_TYPE_LABEL = "ray.io/accelerator-type"  # and, in newer Ray, this node label
+ASK_TIMEOUT_S = 60.0  # how long the cluster has to answer (a child process: connecting, ray.nodes())
+CONNECT_TIMEOUT_S = 10.0  # the TCP check that something listens at host:port, before that
+_ANSWER = "openrlhf-dppo nodes: "  # the child's line that carries the answer
+# the child: connect, print the live records' fields decide() reads, and leave (its exit disconnects)
+_ASK = f"""
+import json, sys
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+nodes = [{{k: n.get(k) for k in ("Alive", "Resources", "Labels")}} for n in ray.nodes()]
+print({_ANSWER!r} + json.dumps(nodes), flush=True)
+"""
 
 
 class DeviceChoiceError(ValueError):
@@ -81,24 +99,49 @@ def detected_gpus(nodes: list[dict]) -> float:
     return total
 
 
-def cluster_nodes(address: str) -> list[dict]:
-    """``ray.nodes()`` of the cluster at ``address``; a connection made for the question is closed again
-    (OpenRLHF's ``train`` then connects with its own runtime_env)."""
-    import ray
+def cluster_nodes(address: str, timeout_s: float = ASK_TIMEOUT_S) -> list[dict]:
+    """``ray.nodes()`` of the cluster at ``address`` (the fields ``decide`` reads), asked by a child process
+    given ``timeout_s`` to answer; this process does not connect (OpenRLHF's ``train`` connects later with
+    its own runtime_env). Raises DeviceChoiceError naming ``RAY_ADDRESS``, the reason and the way out."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return ray.nodes()
 
-    if ray.is_initialized():
-        return ray.nodes()
-    try:
-        ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-    except Exception as err:  # any failure to connect: the message says how to decide without asking
-        raise DeviceChoiceError(
-            f"{RAY_ADDRESS}={address!r}: could not ask the Ray cluster whether it has GPUs ({err}); "
+    def fail(why: str) -> DeviceChoiceError:
+        return DeviceChoiceError(
+            f"{RAY_ADDRESS}={address!r}: could not ask the Ray cluster whether it has GPUs ({why}); "
             f"set {ENV_DEVICE}=cuda or {ENV_DEVICE}=cpu to decide without asking"
-        ) from err
+        )
+
+    endpoint = _host_port(address)
+    if endpoint is not None:
+        try:
+            socket.create_connection(endpoint, timeout=min(CONNECT_TIMEOUT_S, timeout_s)).close()
+        except OSError as err:
+            raise fail(f"nothing answers at {endpoint[0]}:{endpoint[1]}: {err}") from err
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ASK, address],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
     try:
-        return ray.nodes()
-    finally:
-        ray.shutdown()
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child and anything it started
+        proc.communicate()
+        raise fail(f"no answer within {timeout_s:g} s: is a Ray cluster running there?") from None
+    answers = [line[len(_ANSWER) :] for line in out.splitlines() if line.startswith(_ANSWER)]
+    if proc.returncode != 0 or not answers:
+        last = next((line.strip() for line in reversed(err.splitlines()) if line.strip()), "")
+        raise fail(last or f"the asking process exited with status {proc.returncode}")
+    return json.loads(answers[-1])
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """("host", port) of ``host:port`` or ``ray://host:port``; None for what Ray resolves itself (``auto``)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
 
 
 def _torch_sees_cuda() -> bool:
@@ -107,16 +150,14 @@ def _torch_sees_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def decide(
-    environ: Mapping[str, str] | None = None,
-    cuda_available: Callable[[], bool] | None = None,
-    ask_cluster: Callable[[str], list[dict]] | None = None,
-) -> DeviceChoice:
-    """Where this run's workers compute (the module docstring's rules 1-2).
+def decide_locally(
+    environ: Mapping[str, str] | None = None, cuda_available: Callable[[], bool] | None = None
+) -> DeviceChoice | None:
+    """The decision where nothing needs asking (the module docstring's rule 1 and the first part of
+    rule 2); None: the Ray cluster at ``RAY_ADDRESS`` must be asked (``decide``). Never connects.
 
     environ: the driver's environment (None: ``os.environ``); cuda_available: whether the driver's torch
-    sees CUDA (None: asks torch); ask_cluster: address -> ``ray.nodes()`` (None: ``cluster_nodes``).
-    """
+    sees CUDA (None: asks torch)."""
     env = os.environ if environ is None else environ
     driver_cuda = (cuda_available or _torch_sees_cuda)()
     choice = requested(env)
@@ -132,9 +173,28 @@ def decide(
         return DeviceChoice(CPU, f"{ENV_DEVICE}=cpu")
     if driver_cuda:
         return DeviceChoice(CUDA, "the driver's torch sees CUDA")
-    address = cluster_address(env)
-    if address is None:
+    if cluster_address(env) is None:
         return DeviceChoice(CPU, "the driver's torch sees no CUDA and starts its own Ray on this machine")
+    return None
+
+
+def decide(
+    environ: Mapping[str, str] | None = None,
+    cuda_available: Callable[[], bool] | None = None,
+    ask_cluster: Callable[[str], list[dict]] | None = None,
+) -> DeviceChoice:
+    """Where this run's workers compute (the module docstring's rules 1-2): ``decide_locally``, else the
+    cluster at ``RAY_ADDRESS`` is asked.
+
+    environ, cuda_available: as ``decide_locally``; ask_cluster: address -> ``ray.nodes()`` (None:
+    ``cluster_nodes``).
+    """
+    env = os.environ if environ is None else environ
+    local = decide_locally(env, cuda_available)
+    if local is not None:
+        return local
+    address = cluster_address(env)
+    assert address is not None  # decide_locally decides every run that starts its own Ray
     nodes = (ask_cluster or cluster_nodes)(address)
     gpus = detected_gpus(nodes)
     if gpus:
