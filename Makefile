@@ -41,8 +41,13 @@ hooks: tools          ## install the git pre-commit hook (ruff check + format of
 typecheck: tools setup-cpu  ## mypy over core, metric_keys, run_dir, report, adapters ([tool.mypy]), against .venv's torch
 	$(TOOLS)/bin/mypy --python-executable $(PY)
 
+# The unit tests run in UNIT_WORKERS pytest-xdist processes, a test file to a worker (most of them use one
+# core: two workers keep both cores of a CI machine busy); UNIT_WORKERS=0 runs them in this process. The
+# e2e tests run one at a time: each pipeline run already takes every core.
+UNIT_WORKERS ?= 2
+UNIT_TESTS = bash scripts/run_pytest.sh -m "not e2e and not slurm" -n $(UNIT_WORKERS) --dist loadfile
 test-unit: setup-cpu  ## everything that needs no Ray pipeline and no Slurm (a few minutes)
-	bash scripts/run_pytest.sh -m "not e2e and not slurm"
+	$(UNIT_TESTS)
 
 test-e2e: setup-cpu   ## the real OpenRLHF Ray pipeline on CPU (minutes)
 	bash scripts/run_pytest.sh -m e2e
@@ -59,7 +64,8 @@ test-slurm: setup-cpu ## a real local Slurm cluster (root; installs Debian slurm
 	$(CLUSTER) up && $(SLURM_TESTS)
 
 test: setup-cpu lint typecheck  ## the full suite (what CI runs): set up, lint, type check, unit + e2e + Slurm
-	bash scripts/run_pytest.sh -m "not slurm"
+	$(UNIT_TESTS)
+	bash scripts/run_pytest.sh -m "e2e and not slurm"
 	$(MAKE) test-slurm
 
 demo: setup-cpu       ## the embedded default main job: tiny GRPO vs DPPO on CPU, then the comparison
