@@ -14,6 +14,8 @@ is documented where it is written.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Callable, Iterator, TypeVar
 
 F = TypeVar("F", bound=Callable)
@@ -52,6 +54,14 @@ class Registry:
             return fn
 
         return deco
+
+    def add_modules(self, package: str, path) -> None:
+        """Register every module of a policy folder: each public module of ``package`` (``path``: its
+        ``__path__``), in name order, gives ``NAME``, ``keep_probs`` and ``HELP``."""
+        for info in sorted(pkgutil.iter_modules(path), key=lambda m: m.name):
+            if not info.name.startswith("_"):
+                module = importlib.import_module(f"{package}.{info.name}")
+                self.add(module.NAME, module.keep_probs, module.HELP)
 
     def help(self, name: str) -> str:
         """The one-line description of ``name`` ("" when none was given)."""

@@ -21,19 +21,8 @@ from the registry. Importing this package imports its modules and changes nothin
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from openrlhf_dppo.core.registry import Registry
 
 COMPLETION_POLICIES = Registry("completion keep-probability policy")
 
-
-def _policy_modules() -> list[str]:
-    """The policy modules of this folder, by name."""
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
-
-
-for _name in _policy_modules():
-    _module = importlib.import_module(f"{__name__}.{_name}")
-    COMPLETION_POLICIES.add(_module.NAME, _module.keep_probs, _module.HELP)
+COMPLETION_POLICIES.add_modules(__name__, __path__)

@@ -22,19 +22,8 @@ the registry. Importing this package imports its modules and changes nothing out
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from openrlhf_dppo.core.registry import Registry
 
 PROMPT_POLICIES = Registry("prompt keep-probability policy")
 
-
-def _policy_modules() -> list[str]:
-    """The policy modules of this folder, by name."""
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
-
-
-for _name in _policy_modules():
-    _module = importlib.import_module(f"{__name__}.{_name}")
-    PROMPT_POLICIES.add(_module.NAME, _module.keep_probs, _module.HELP)
+PROMPT_POLICIES.add_modules(__name__, __path__)
