@@ -15,7 +15,9 @@ do not interfere, four runs and one resume:
   * ``two_engines``: two vLLM engines, the reference colocated with the actor, KL in the reward, dual
     clip with asymmetric clip bounds, the seq-mean-token-mean loss, dynamic filtering with a reward file
     that makes the groups of even-label prompts all 0 (always dropped) and the others never equal, a
-    checkpoint after step 1 (the prompt history it holds is checked).
+    checkpoint after step 1 (the prompt history it holds is checked). It and ``prorl`` run
+    ``--dppo.short_batch train``: the groups dynamic filtering accepts from the 8 prompts are fewer than
+    a train batch, which OpenRLHF's rule (``drop``, the default) leaves untrained.
   * ``colocated``: ``--train.colocate_all`` with ``dr_grpo``, the token-level loss and
     ``--dppo.token_normalizer constant``, the rollout importance-sampling correction (token level), the
     ProRL stop-properly and DAPO overlong length penalties, 2 PPO epochs, tensorboard.
@@ -235,6 +237,7 @@ def two_engines(tiny, tmp_path_factory):
         "--actor.dual_clip", "3.0", "--actor.eps_clip_low_high", "0.2", "0.28",
         "--actor.loss_agg_mode", "seq-mean-token-mean",
         "--algo.dynamic_filtering_enable", "--ckpt.save_steps", "1", "--reward.remote_url", reward_file,
+        "--dppo.short_batch", "train",
     )  # fmt: skip
     return run_cli(out, flags)
 
@@ -297,7 +300,7 @@ def test_colocated_dr_grpo_with_the_constant_token_normaliser(colocated):
         line["step"]: line for line in map(json.loads, open(os.path.join(colocated["out"], "prompts.jsonl")))
     }
     assert logged[1]["q"] == [1.0] * DATA  # step 1: every prompt unseen, kept
-    assert logged[2]["q"] == [0.5] * rows[1]["prompts/rolled_out"], logged[2]
+    assert logged[2]["q"] == [0.5] * int(rows[1]["prompts/rolled_out"]), logged[2]
     events = glob.glob(
         os.path.join(colocated["out"], "tensorboard", "**", "events.out.tfevents.*"), recursive=True
     )
@@ -312,7 +315,7 @@ PRORL = [
     "--algo.kl.estimator", "k2", "--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "0", "1",
     "--actor.eps_clip_low_high", "0.2", "0.27", "--algo.advantage.is_correction_level", "token",
     "--algo.advantage.is_correction_mode", "mask", "--algo.advantage.is_correction_threshold", "0.5", "5.0",
-    "--reward.stop_properly_penalty_coef", "0.0",
+    "--reward.stop_properly_penalty_coef", "0.0", "--dppo.short_batch", "train",
 ]  # fmt: skip
 
 
