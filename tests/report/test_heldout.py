@@ -267,7 +267,8 @@ def test_the_console_summary_fits_100_columns_and_the_full_tables_stay_in_report
     argv = ["compare", str(root / "dppo_s*"), "--baseline", str(root / "grpo_s*")]
     assert main([*argv, "--out", str(tmp_path / "rep")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert max(map(len, lines)) <= 100, "\n".join(line for line in lines if len(line) > 100)
+    wide = [line for line in lines if len(line) > 100 and str(tmp_path) not in line]  # a path is the user's
+    assert not wide, "\n".join(wide)
     header = next(line for line in lines if line.split()[:2] == ["arm", "seeds"])
     for words in ("final acc", "vs baseline", "time to target", "step speedup"):  # no header split mid-word
         assert words in header, header
