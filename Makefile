@@ -56,7 +56,7 @@ test-e2e: setup-cpu   ## the real OpenRLHF Ray pipeline on CPU (minutes)
 # in the one shell that runs both); KEEP_CLUSTER=1 leaves it running, and a cluster that was already up
 # before is left as it was. CLUSTER and SLURM_TESTS are overridable for the test of this rule.
 CLUSTER := bash slurm/local_cluster.sh
-SLURM_TESTS := DPPO_REQUIRE_SLURM=1 bash scripts/run_pytest.sh -m slurm
+SLURM_TESTS := DPPO_REQUIRE_SLURM=1 bash scripts/run_pytest.sh -m slurm tests/slurm  # every slurm test is there
 test-slurm: setup-cpu ## a real local Slurm cluster (root; installs Debian slurm packages); stopped after, unless KEEP_CLUSTER=1
 	@if [ "$(KEEP_CLUSTER)" = 1 ] || $(CLUSTER) status >/dev/null 2>&1; then keep=1; else keep=0; fi; \
 	[ $$keep = 0 ] || echo "[test-slurm] the cluster stays up afterwards (KEEP_CLUSTER=1, or it was up before)"; \
@@ -66,7 +66,7 @@ test-slurm: setup-cpu ## a real local Slurm cluster (root; installs Debian slurm
 test: setup-cpu lint typecheck  ## the full suite (what CI runs): set up, lint, type check, unit + e2e + Slurm
 	$(UNIT_TESTS)
 	bash scripts/run_pytest.sh -m "e2e and not slurm"
-	$(MAKE) test-slurm
+	$(MAKE) -o setup-cpu test-slurm  # set up once, above
 
 demo: setup-cpu       ## the embedded default main job: tiny GRPO vs DPPO on CPU, then the comparison
 	bash examples/scripts/demo_tiny_cpu.sh
