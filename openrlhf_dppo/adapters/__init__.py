@@ -12,6 +12,8 @@ Where each part sits (one overridden seam each; see the module docstrings):
 - ``trainer``            PPOTrainer (Ray actor, single controller): builds the two above from the CLI's
                          config, rollout statistics, metrics + accounting check + run directory, prompt
                          history in the checkpoints.
+- ``async_trainer``      ``--train.async_enable``: OpenRLHF's async controller, generator and training
+                         actors with the same parts (the draw, history and rate control in the generator).
 - ``dispatch``           kept items -> per-rank packed micro-batches (core.pack), plan carried in info.
 - ``actor``              PolicyModelActor / ActorPPOTrainer / NaiveReplayBuffer on the DeepSpeed ranks:
                          follow the plan, weight KL-in-loss and entropy terms, count what is trained.
@@ -26,6 +28,7 @@ Where a host name is replaced (the host calls it by a module-global name and lea
 | replaced name                            | by                      | where, for how long            | why there is no seam |
 |------------------------------------------|-------------------------|--------------------------------|----------------------|
 | ``ppo_trainer.PPOTrainer``               | ``TrainerFactory``      | ``install``, the driver        | ``train()`` constructs the trainer by that name, with its own arguments only: the factory adds the validated config and the run metadata |
+| ``ppo_trainer_async.PPOTrainerAsync``    | ``TrainerFactory``      | ``install``, the driver        | the same, under ``--train.async_enable`` (``train()`` imports it from that module when it runs) |
 | ``train_ppo_ray.PolicyModelActor``       | ``DPPOPolicyModelActor``| ``install``, the driver        | ``train()`` builds the actor group from that name |
 | ``ppo_actor.ActorPPOTrainer``            | ``DPPOActorTrainer``    | one ``init_model_from_pretrained`` | ``PolicyModelActor`` constructs it by that name inside a long method |
 | ``ppo_trainer.balance_experiences``      | ``trainer.planned_balance`` | one DPPO ``train_step``    | a function, not a method: ``train_step`` calls it by that name; the replacement is stateless and reads the plan from its argument |
@@ -71,14 +74,16 @@ def install(cfg, run) -> dict:
     ``DPPOReplayBuffer._add_short_step``).
     """
     from openrlhf.cli import train_ppo_ray
-    from openrlhf.trainer import ppo_trainer
+    from openrlhf.trainer import ppo_trainer, ppo_trainer_async
 
     from openrlhf_dppo.adapters import packing
+    from openrlhf_dppo.adapters.async_trainer import DPPOTrainerAsync
     from openrlhf_dppo.adapters.trainer import DPPOTrainer
 
     packing.register()
-    replaced = {"PPOTrainer": ppo_trainer.PPOTrainer}
+    replaced = {"PPOTrainer": ppo_trainer.PPOTrainer, "PPOTrainerAsync": ppo_trainer_async.PPOTrainerAsync}
     ppo_trainer.PPOTrainer = TrainerFactory(DPPOTrainer, cfg, run)
+    ppo_trainer_async.PPOTrainerAsync = TrainerFactory(DPPOTrainerAsync, cfg, run)
     from openrlhf_dppo.adapters.actor import DPPOPolicyModelActor
 
     replaced["PolicyModelActor"] = train_ppo_ray.PolicyModelActor

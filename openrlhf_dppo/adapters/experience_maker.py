@@ -102,6 +102,50 @@ def zero_advantage_is_exact(args) -> bool:
     return not has_aux_terms(args) and args.algo.advantage.estimator not in BATCH_WHITENED
 
 
+def group_draws(ctx: StepContext, samples, G: int) -> list[PromptDraw]:
+    """The draw of each group's prompt (``ctx.prompts``); every group must be one prompt's G rollouts."""
+    if len(samples) % G:
+        raise RuntimeError(f"{len(samples)} rollouts are not whole groups of {G}")
+    texts = [s.prompts[0] for s in samples]
+    groups = [texts[j : j + G] for j in range(0, len(texts), G)]
+    for j, group in enumerate(groups):
+        if group[0] not in ctx.prompts or any(t != group[0] for t in group):
+            raise RuntimeError(f"rollouts {j * G}..{j * G + G - 1} are not one drawn prompt's group: {group}")
+    return [ctx.prompts[g[0]] for g in groups]
+
+
+def shaped_rewards(samples, args) -> torch.Tensor:
+    """(n, G) rewards after OpenRLHF's length penalties (DAPO overlong, ProRL stop-properly), applied to
+    ``samples`` in place (their ``rewards`` and ``info["reward"]``)."""
+    for s in samples:
+        s.rewards = s.rewards.to(torch.promote_types(s.rewards.dtype, torch.float32))
+    apply_length_penalties(samples, args)
+    return torch.cat([s.rewards for s in samples]).reshape(-1, args.rollout.n_samples_per_prompt)
+
+
+def update_history(history, ctx: StepContext, samples, args) -> None:
+    """Every rolled-out group's shaped rewards (length penalties applied to copies: ``samples`` keep their
+    raw rewards) and response token counts (the prompt's cost) into the prompt history, those dynamic
+    filtering dropped (``ctx.filtered``) included: the history must learn that an always-solved prompt is
+    uninformative, whether or not it was kept. Stamped with the step ``ctx.step``. The synchronous
+    experience maker calls it before it shapes the step's rewards; the asynchronous generator right after
+    the rollouts (``adapters.async_trainer``): the same rewards, so the same history."""
+    rolled_out = list(samples) + list(ctx.filtered)
+    G = args.rollout.n_samples_per_prompt
+    index = [d.index for d in group_draws(ctx, rolled_out, G)]
+    copies = []
+    for s in rolled_out:
+        c = copy.copy(s)
+        c.rewards, c.info = s.rewards.clone(), dict(s.info)
+        copies.append(c)
+    history.update(
+        torch.tensor(index, dtype=torch.int64),
+        shaped_rewards(copies, args),
+        ctx.step,
+        torch.tensor([response_tokens(s) for s in rolled_out]).reshape(-1, G),
+    )
+
+
 class DPPOExperienceMaker(RemoteExperienceMaker):
     def __init__(self, *args, dppo, history, **kwargs):
         super().__init__(*args, **kwargs)
@@ -110,44 +154,10 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
 
     # ---- 1-3: rewards, full-group advantages, keep decisions ------------------------------------
     def _groups(self, ctx: StepContext, rollout_samples) -> list[PromptDraw]:
-        """The draw of each group's prompt (``ctx.prompts``); every group must be one prompt's G rollouts."""
-        G = self.args.rollout.n_samples_per_prompt
-        if len(rollout_samples) % G:
-            raise RuntimeError(f"{len(rollout_samples)} rollouts are not whole groups of {G}")
-        texts = [s.prompts[0] for s in rollout_samples]
-        groups = [texts[j : j + G] for j in range(0, len(texts), G)]
-        for j, group in enumerate(groups):
-            if group[0] not in ctx.prompts or any(t != group[0] for t in group):
-                raise RuntimeError(
-                    f"rollouts {j * G}..{j * G + G - 1} are not one drawn prompt's group: {group}"
-                )
-        return [ctx.prompts[g[0]] for g in groups]
+        return group_draws(ctx, rollout_samples, self.args.rollout.n_samples_per_prompt)
 
     def _shaped_rewards(self, samples) -> torch.Tensor:
-        """(n, G) rewards after OpenRLHF's length penalties (applied to ``samples`` in place)."""
-        for s in samples:
-            s.rewards = s.rewards.to(torch.promote_types(s.rewards.dtype, torch.float32))
-        apply_length_penalties(samples, self.args)
-        return torch.cat([s.rewards for s in samples]).reshape(-1, self.args.rollout.n_samples_per_prompt)
-
-    def _update_history(
-        self, ctx: StepContext, draws: list[PromptDraw], rewards: torch.Tensor, samples
-    ) -> None:
-        """Every rolled-out group's (shaped) rewards and response token counts (the prompt's cost), those
-        dynamic filtering dropped included: the history must learn that an always-solved prompt is
-        uninformative, whether or not it was kept."""
-        index = [d.index for d in draws]
-        tokens = [response_tokens(s) for s in samples]
-        if ctx.filtered:
-            index += [d.index for d in self._groups(ctx, ctx.filtered)]
-            rewards = torch.cat([rewards, self._shaped_rewards(ctx.filtered).to(rewards.dtype)])
-            tokens += [response_tokens(s) for s in ctx.filtered]
-        self.history.update(
-            torch.tensor(index, dtype=torch.int64),
-            rewards,
-            ctx.step,
-            torch.tensor(tokens).reshape(rewards.shape),
-        )
+        return shaped_rewards(samples, self.args)
 
     def _completion_draw(self, adv_flat: torch.Tensor, prompt_weight: torch.Tensor, dp: int, step: int):
         """core.prune_completions with this run's settings (seed stream: the step): (Draw, metrics)."""
@@ -183,9 +193,10 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         dp = effective_dp_size(args)
 
         draws = self._groups(ctx, rollout_samples)
+        if self.history is not None:  # None: the asynchronous generator keeps it (adapters.async_trainer)
+            update_history(self.history, ctx, rollout_samples, args)
         rewards = self._shaped_rewards(rollout_samples)
         adv = group_advantages(rewards, args.algo.advantage.estimator)
-        self._update_history(ctx, draws, rewards, rollout_samples)
 
         adv_flat = adv.reshape(-1)
         q = torch.tensor([d.q for d in draws], dtype=torch.float64)

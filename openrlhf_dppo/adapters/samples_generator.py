@@ -46,10 +46,13 @@ import itertools
 import torch
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _collect_prompt_batch
 from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
+from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters.step import DrawRecord, PromptDraw, Rollouts, StepContext
 from openrlhf_dppo.core import PromptRateControl, prune_prompts, step_generator
+
+logger = init_logger(__name__)
 
 
 class RewardError(RuntimeError):
@@ -76,6 +79,31 @@ class DPPOSamplesGenerator(SamplesGenerator):
         for i, prompt in enumerate(self.prompts_dataloader.dataset.prompts):
             self.prompt_index.setdefault(prompt, i)
 
+    # ---- checkpoint -------------------------------------------------------------------------------
+    def dppo_state_dict(self) -> dict:
+        """DPPO's draw state for the checkpoint's client states: the prompt history, the draw counter (the
+        next draw's seed stream), the rate control and the config it was made with."""
+        return {
+            "history": self._history().state_dict(),
+            "draws": self.draws,
+            "rate_control": self.rate_control.state_dict(),
+            "config": self.dppo.asdict(),
+        }
+
+    def load_dppo_state(self, state: dict) -> None:
+        history = self._history()
+        history.load_state_dict(state["history"])
+        self.draws = int(state["draws"])
+        if "rate_control" in state:  # checkpoints written before the rate control have none (fixed rate)
+            self.rate_control.load_state_dict(state["rate_control"])
+        logger.info(f"DPPO state restored: {history.capacity} prompts, {state['draws']} draws")
+
+    def _history(self):
+        """The prompt history; DPPO keeps one (and its state is saved and restored) only when enabled."""
+        if self.history is None:
+            raise RuntimeError("no DPPO state without a prompt history: DPPO is off (--dppo.enable false)")
+        return self.history
+
     # ---- one step ---------------------------------------------------------------------------------
     @torch.no_grad()
     def generate_samples(self, **generate_kwargs):
@@ -92,6 +120,10 @@ class DPPOSamplesGenerator(SamplesGenerator):
                 dppo_step=ctx, **generate_kwargs
             )
             ctx.add({rd.PROMPTS_DRAWN: consumed, rd.PROMPTS_ROLLED_OUT: consumed, rd.PROMPTS_PRUNED: 0})
+            for sample in samples:  # a rollout OpenRLHF's buffer kept from an earlier call is tagged here
+                ctx.prompts.setdefault(
+                    sample.prompts[0], PromptDraw(self.prompt_index[sample.prompts[0]], 1.0)
+                )
         filtered_tokens = sum(map(response_tokens, ctx.filtered))
         ctx.add({
             rd.SAMPLES_GENERATED: len(samples) + len(ctx.filtered),

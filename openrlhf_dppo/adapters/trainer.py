@@ -128,6 +128,23 @@ def scheduler_steps(args, host_steps: int, step_limit: int | None, span: int | N
     return spanned
 
 
+def planned_steps(args, host_steps: int, prompts: int, dppo: DPPOConfig, run: RunMeta) -> int:
+    """The optimizer steps the LR schedule spans for this run: OpenRLHF's count (``host_steps``) plus the
+    short batches' steps, cut to ``--dppo.max_steps``, spread to ``--dppo.schedule_steps``
+    (``short_batch_steps``, ``scheduler_steps``). prompts: the prompt dataset's length."""
+    host_steps += short_batch_steps(args, prompts, dppo.short_batch)
+    return scheduler_steps(args, host_steps, run.max_steps, run.schedule_steps)
+
+
+def new_history(dppo: DPPOConfig, prompts: int) -> PromptHistory | None:
+    """The prompt history of a DPPO run over ``prompts`` prompts (None with ``--dppo.enable false``)."""
+    if not dppo.enable:
+        return None
+    return PromptHistory(
+        prompts, decay=dppo.history_decay, prior=dppo.history_prior, reward_kind=dppo.reward_kind
+    )
+
+
 def rollout_stats(samples, group_size: int, ctx: StepContext) -> dict | None:
     """``rollout/*`` of a step's rolled-out completions (whole groups, in order) from their RAW rewards,
     before any length penalty; None when a reward model scores them later (no rewards on them yet).
@@ -156,55 +173,26 @@ def planned_balance(experiences, args):
     return plan.rank_experiences()
 
 
-# The Python class behind the host's Ray actor: a class computed at run time, which mypy accepts as a
-# base only when typed Any (the host is untyped, so it would be Any to mypy anyway).
-_PPOTrainerBase: Any = unwrap_actor_class(ppo_trainer.PPOTrainer)
+# OpenRLHF's trainer base, typed Any (the host is untyped; mypy accepts a base computed at run time only so)
+_BasePPOTrainer: Any = ppo_trainer.BasePPOTrainer
 
 
-class _DPPOTrainer(_PPOTrainerBase):
-    def __init__(self, pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
-                 reference_model_group, vllm_engines, *, dppo: DPPOConfig, run: RunMeta,
-                 **generate_kwargs):  # fmt: skip
-        """OpenRLHF's constructor arguments, plus (keyword-only, from ``adapters.install``) the CLI's
-        validated ``DPPOConfig`` and the run's metadata (command line, start time)."""
-        super().__init__(
-            pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
-            reference_model_group, vllm_engines, **generate_kwargs,
-        )  # fmt: skip
-        args = strategy.args
-        packing.register()  # this actor's process plans the packing
+class DPPOSteps(_BasePPOTrainer):
+    """What the synchronous trainer and the asynchronous training actor (``adapters.async_trainer``) share:
+    one step (``train_step``: rollout statistics, the DPPO or counting step, the accounting check, the
+    prompt log), the run directory (metrics, evaluations, status) and the DPPO state in the checkpoints.
+    A ``BasePPOTrainer`` listed before OpenRLHF's trainer class (``PPOTrainer``, ``TrainingActor``), so
+    ``super()`` reaches that class's and then ``BasePPOTrainer``'s methods; the instance sets ``dppo``, ``step_limit``,
+    ``run_dir``, ``_last_step`` (``_open_run``). Hooks: ``_observe_rates`` (the step's all-equal share to
+    the rate control: where the prompts are drawn) and ``dppo_state_dict`` (None where the generator's state
+    already rides in the client states)."""
+
+    def _open_run(self, args, dppo: DPPOConfig, run: RunMeta, planned_steps: int) -> None:
+        """The run directory and run_config.json (``--dppo.run_dir``, else ``--ckpt.output_dir``)."""
         self.dppo = dppo
-        self.history = None
-        if dppo.enable:
-            self.history = PromptHistory(
-                len(self.prompts_dataloader.dataset),
-                decay=dppo.history_decay,
-                prior=dppo.history_prior,
-                reward_kind=dppo.reward_kind,
-            )
         self.step_limit = run.max_steps
-        self.samples_generator = DPPOSamplesGenerator(
-            strategy=strategy,
-            prompts_dataloader=self.prompts_dataloader,
-            eval_dataloader=self.eval_dataloader,
-            tokenizer=self.tokenizer,
-            vllm_engines=vllm_engines,
-            dppo=dppo,
-            history=self.history,
-            step_limit=self.step_limit,
-        )
-        maker_args = (self.actor_model_group, self.critic_model_group, self.reward_model_group,
-                      self.reference_model_group, self.kl_ctl, self.strategy, self.tokenizer)  # fmt: skip
-        if dppo.enable:
-            self.experience_maker = DPPOExperienceMaker(*maker_args, dppo=dppo, history=self.history)
-        else:
-            self.experience_maker = CountingExperienceMaker(*maker_args, short_batch=dppo.short_batch)
-        host_steps = self.max_steps + short_batch_steps(
-            args, len(self.prompts_dataloader.dataset), dppo.short_batch
-        )
-        self.max_steps: int = scheduler_steps(args, host_steps, self.step_limit, run.schedule_steps)
         run_path = run.run_dir or args.ckpt.output_dir
-        shown_max = self.step_limit if self.step_limit is not None else self.max_steps
+        shown_max = self.step_limit if self.step_limit is not None else planned_steps
         self.run_dir = RunDir(os.path.abspath(run_path), max_steps=shown_max)
         # the CPU, its bf16 support and the precision: every timing depends on them
         machine = precision.machine(args.ds.param_dtype, run.device)
@@ -212,7 +200,21 @@ class _DPPOTrainer(_PPOTrainerBase):
             args, dppo, "dppo" if dppo.enable else "grpo", run.argv, run.start_time, machine=machine
         )
         self._last_step = 0  # the last step trained (from the checkpoint on a resume)
-        self._checkpoint_states = None
+
+    def _make_experience_maker(self, history):
+        """DPPO's maker (``history``: the prompt history it updates, or None where the generator keeps it)
+        or, with ``--dppo.enable false``, OpenRLHF's with the counts."""
+        maker_args = (self.actor_model_group, self.critic_model_group, self.reward_model_group,
+                      self.reference_model_group, self.kl_ctl, self.strategy, self.tokenizer)  # fmt: skip
+        if self.dppo.enable:
+            return DPPOExperienceMaker(*maker_args, dppo=self.dppo, history=history)
+        return CountingExperienceMaker(*maker_args, short_batch=self.dppo.short_batch)
+
+    def _observe_rates(self, stats: dict) -> None:
+        raise NotImplementedError
+
+    def dppo_state_dict(self) -> dict | None:
+        raise NotImplementedError
 
     # ---- one step -------------------------------------------------------------------------------
     def train_step(self, rollout_samples, global_step):
@@ -232,7 +234,7 @@ class _DPPOTrainer(_PPOTrainerBase):
         if stats is not None:  # the raw rewards (OpenRLHF's statistics follow the length penalties)
             status.update(stats)
             if self.dppo.enable:  # --dppo.prompt_rate_control zero-share sets the next draws' rate from it
-                self.samples_generator.rate_control.observe(stats[rd.EQUAL_REWARD_FRAC_HT])
+                self._observe_rates(stats)
         elif rd.REWARD_MEAN in status:  # a reward model scored the batch: OpenRLHF's statistics, q = 1
             status[rd.REWARD_HT] = status[rd.REWARD_MEAN]
         status.update(ctx.metrics)
@@ -263,13 +265,8 @@ class _DPPOTrainer(_PPOTrainerBase):
         lengths in tokens (n, G)), taken before the experience maker applies any length penalty to the samples
         in place."""
         rewards = torch.cat([s.rewards.reshape(-1) for s in rolled_out]).to(torch.float64).reshape(-1, G)
-        index, q = [], []
-        for sample in rolled_out[::G]:
-            tag = ctx.prompt(sample.prompts[0])
-            index.append(
-                tag.index if tag is not None else self.samples_generator.prompt_index[sample.prompts[0]]
-            )
-            q.append(1.0 if tag is None else tag.q)
+        tags = [ctx.prompts[sample.prompts[0]] for sample in rolled_out[::G]]  # the generator tags every one
+        index, q = [t.index for t in tags], [t.q for t in tags]
         lengths = [response_tokens(s) for s in rolled_out]
         return index, q, rewards.tolist(), [lengths[j : j + G] for j in range(0, len(lengths), G)]
 
@@ -281,75 +278,28 @@ class _DPPOTrainer(_PPOTrainerBase):
             logs_dict[rd.TOKENS_PER_SEC] = logs_dict[rd.TOKENS_GENERATED] / total
         if logs_dict:
             self.run_dir.log("train", global_step, logs_dict)
-        if client_states is not None and self.dppo.enable:
+        if client_states is not None and self.dppo.enable and DPPO_STATE not in client_states:
             client_states[DPPO_STATE] = self.dppo_state_dict()
         super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
         self._last_step = global_step
         self.run_dir.status("running", global_step)
 
-    def _dppo_history(self) -> PromptHistory:
-        """The prompt history; DPPO keeps one (and its state is saved and restored) only when enabled."""
-        if self.history is None:
-            raise RuntimeError("no DPPO state without a prompt history: DPPO is off (--dppo.enable false)")
-        return self.history
-
-    def dppo_state_dict(self) -> dict:
-        return {
-            "history": self._dppo_history().state_dict(),
-            "draws": self.samples_generator.draws,
-            "rate_control": self.samples_generator.rate_control.state_dict(),
-            "config": self.dppo.asdict(),
-        }
-
-    def load_dppo_state(self, state: dict) -> None:
-        history = self._dppo_history()
-        history.load_state_dict(state["history"])
-        self.samples_generator.draws = int(state["draws"])
-        if "rate_control" in state:  # checkpoints written before the rate control have none (fixed rate)
-            self.samples_generator.rate_control.load_state_dict(state["rate_control"])
-        logger.info(f"DPPO state restored: {history.capacity} prompts, {state['draws']} draws")
-
-    def init_checkpoint_states(self):
-        """OpenRLHF's checkpoint states, read once per run (``fit`` needs them before OpenRLHF's loop)."""
-        if self._checkpoint_states is None:
-            states = super().init_checkpoint_states()
-            self.run_dir.resume(states["global_step"])  # one metrics line per step after a resume
-            if self.dppo.enable and DPPO_STATE in states:
-                self.load_dppo_state(states[DPPO_STATE])
-            # the first status of a (re)start: the step it resumes from (0 for a fresh run), never 0 after
-            # a resume (the launcher reads it while a requeued job restarts)
-            self._last_step = int(states.get("global_step", 0))
-            self.samples_generator.steps = self._last_step  # the next rollouts are step _last_step + 1
-            self.run_dir.status("running", self._last_step)
-            self._checkpoint_states = states
-        return self._checkpoint_states
-
-    def evaluate(self, global_step, **generate_kwargs):
-        start = time.time()
-        try:
-            logs = super().evaluate(global_step, **generate_kwargs)
-        except RewardError as err:
-            raise RewardError(f"{err} (the evaluation at step {global_step})") from None
-        logs[rd.EVAL_TIME] = time.time() - start
+    def _record_eval(self, global_step: int, logs: dict) -> None:
         self.run_dir.log("eval", global_step, logs)
-        return logs
 
-    def _evaluation_on(self) -> bool:
-        return bool(self.eval_dataloader) and math.isfinite(float(self.args.eval.steps))
+    def _resume_run(self, states: dict) -> None:
+        """The run directory after OpenRLHF's checkpoint states were read (``global_step`` 0: a fresh run)."""
+        self.run_dir.resume(states["global_step"])  # one metrics line per step after a resume
+        # the first status of a (re)start: the step it resumes from (0 for a fresh run), never 0 after a
+        # resume (the launcher reads it while a requeued job restarts)
+        self._last_step = int(states.get("global_step", 0))
+        self.run_dir.status("running", self._last_step)
 
-    def _eval_generate_kwargs(self) -> dict:
-        """The sampling settings OpenRLHF's loop evaluates with."""
-        kwargs = dict(self.generate_kwargs)
-        kwargs["temperature"] = self.args.eval.temperature
-        kwargs["n_samples_per_prompt"] = self.args.eval.n_samples_per_prompt
-        return kwargs
-
-    def fit(self, global_step: int = 0) -> None:
+    def _recorded_fit(self, fit, *args, **kwargs) -> None:
+        """Runs ``fit`` with the run's status: "finished" (with why, when the prompts ran out before
+        ``--dppo.max_steps``), or the stop's (``run_dir.ended_by``) before the error goes on."""
         try:
-            fresh = self.init_checkpoint_states()["global_step"] == 0
-            if fresh and self._evaluation_on():
-                self.evaluate(0, **self._eval_generate_kwargs())  # the starting point of the curve
-            super().fit(global_step)
+            fit(*args, **kwargs)
         except BaseException as err:  # a stop: "interrupted", not final (the launcher records why)
             state, why = rd.ended_by(err, launched=os.environ.get(rd.LAUNCHED_ENV) == "1")
             self.run_dir.status(state, self._last_step, reason=why)
@@ -363,6 +313,93 @@ class _DPPOTrainer(_PPOTrainerBase):
             )
             logger.warning(reason)
         self.run_dir.status("finished", self._last_step, reason=reason)
+
+
+# The Python class behind the host's Ray actor: a class computed at run time, which mypy accepts as a
+# base only when typed Any (the host is untyped, so it would be Any to mypy anyway).
+_PPOTrainerBase: Any = unwrap_actor_class(ppo_trainer.PPOTrainer)
+
+
+class _DPPOTrainer(DPPOSteps, _PPOTrainerBase):
+    """The synchronous trainer: the generator (prompt draws, history, rate control) lives in this actor."""
+
+    def __init__(self, pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
+                 reference_model_group, vllm_engines, *, dppo: DPPOConfig, run: RunMeta,
+                 **generate_kwargs):  # fmt: skip
+        """OpenRLHF's constructor arguments, plus (keyword-only, from ``adapters.install``) the CLI's
+        validated ``DPPOConfig`` and the run's metadata (command line, start time)."""
+        super().__init__(
+            pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
+            reference_model_group, vllm_engines, **generate_kwargs,
+        )  # fmt: skip
+        args = strategy.args
+        packing.register()  # this actor's process plans the packing
+        self.history = new_history(dppo, len(self.prompts_dataloader.dataset))
+        self.samples_generator = DPPOSamplesGenerator(
+            strategy=strategy,
+            prompts_dataloader=self.prompts_dataloader,
+            eval_dataloader=self.eval_dataloader,
+            tokenizer=self.tokenizer,
+            vllm_engines=vllm_engines,
+            dppo=dppo,
+            history=self.history,
+            step_limit=run.max_steps,
+        )
+        self.max_steps: int = planned_steps(
+            args, self.max_steps, len(self.prompts_dataloader.dataset), dppo, run
+        )
+        self._open_run(args, dppo, run, self.max_steps)
+        self.experience_maker = self._make_experience_maker(self.history)
+        self._checkpoint_states = None
+
+    def _observe_rates(self, stats: dict) -> None:
+        self.samples_generator.rate_control.observe(stats[rd.EQUAL_REWARD_FRAC_HT])
+
+    def dppo_state_dict(self) -> dict:
+        return self.samples_generator.dppo_state_dict()
+
+    def load_dppo_state(self, state: dict) -> None:
+        self.samples_generator.load_dppo_state(state)
+
+    def init_checkpoint_states(self):
+        """OpenRLHF's checkpoint states, read once per run (``fit`` needs them before OpenRLHF's loop)."""
+        if self._checkpoint_states is None:
+            states = super().init_checkpoint_states()
+            if self.dppo.enable and DPPO_STATE in states:
+                self.load_dppo_state(states[DPPO_STATE])
+            self._resume_run(states)
+            self.samples_generator.steps = self._last_step  # the next rollouts are step _last_step + 1
+            self._checkpoint_states = states
+        return self._checkpoint_states
+
+    def evaluate(self, global_step, **generate_kwargs):
+        start = time.time()
+        try:
+            logs = super().evaluate(global_step, **generate_kwargs)
+        except RewardError as err:
+            raise RewardError(f"{err} (the evaluation at step {global_step})") from None
+        logs[rd.EVAL_TIME] = time.time() - start
+        self._record_eval(global_step, logs)
+        return logs
+
+    def _evaluation_on(self) -> bool:
+        return bool(self.eval_dataloader) and math.isfinite(float(self.args.eval.steps))
+
+    def _eval_generate_kwargs(self) -> dict:
+        """The sampling settings OpenRLHF's loop evaluates with."""
+        kwargs = dict(self.generate_kwargs)
+        kwargs["temperature"] = self.args.eval.temperature
+        kwargs["n_samples_per_prompt"] = self.args.eval.n_samples_per_prompt
+        return kwargs
+
+    def fit(self, global_step: int = 0) -> None:
+        self._recorded_fit(self._fit, global_step)
+
+    def _fit(self, global_step: int) -> None:
+        fresh = self.init_checkpoint_states()["global_step"] == 0
+        if fresh and self._evaluation_on():
+            self.evaluate(0, **self._eval_generate_kwargs())  # the starting point of the curve
+        super().fit(global_step)
 
 
 DPPOTrainer = remote_like(ppo_trainer.PPOTrainer, _DPPOTrainer)

@@ -64,24 +64,6 @@ def validate(flags: dict, check_inputs: bool = True):
         cfg, run = build_options(dppo_values_from_flags(flags))
     except DPPOConfigError as err:
         raise FlagError(f"--dppo.{err.field}", f"{err.value!r} {err.reason}") from err
-    if flags["train.async_enable"]:
-        raise FlagError(
-            "--train.async_enable",
-            "not supported by train_dppo_ray, with DPPO or --dppo.enable false: OpenRLHF 0.11.2's async "
-            "trainer leaves no seam. train() imports PPOTrainerAsync inside itself, so the DPPO trainer "
-            "install() puts in place of PPOTrainer is never built; its GenerateSamplesActor builds "
-            "SamplesGenerator by its module-level name in its own Ray actor process, apart from the "
-            "TrainingActor whose experience maker updates the prompt history, and the two exchange only a "
-            "ray Queue of (rollouts, client states, timings) and one of step numbers (no way back for the "
-            "history); on resume PPOTrainerAsync.fit restores only the dataloader state into the generator. "
-            "The --dppo.enable false arm would run OpenRLHF's async trainer, not this baseline (no run "
-            "directory or metrics.jsonl, OpenRLHF's experience maker instead of the float64 group "
-            "statistics, --dppo.max_steps ignored). A host change "
-            "would need: the samples-generator and experience-maker classes (or factories) passed to the "
-            "async actors, a trainer-to-generator channel for each trained rollout's history update, and "
-            "extra client states saved and restored on both actors (docs/FLAGS.md, Async). Run "
-            "synchronously, both arms, so they compare.",
-        )
     if cfg.enable:
         check_dppo_requirements(flags, cfg)
     check_host_asserts(flags)  # first: it refuses a ring or tensor-parallel size below 1 by name
@@ -266,6 +248,26 @@ def check_host_asserts(flags: dict) -> None:
             "the reference model shares the actor's GPUs (--train.colocate_actor_ref or --train.colocate_all): "
             "--ref.num_nodes and --ref.num_gpus_per_node must equal --actor.num_nodes and "
             "--actor.num_gpus_per_node",
+        )
+    asynchronous = flags["train.async_enable"]
+    if flags["train.partial_rollout_enable"] and not asynchronous:
+        raise FlagError(
+            "--train.partial_rollout_enable",
+            "needs --train.async_enable: partial rollouts keep generating while the trainer broadcasts new "
+            "weights, which only the asynchronous trainer does",
+        )
+    if asynchronous and flags["vllm.enable_sleep"] and flags["train.colocate_all"]:
+        raise FlagError(
+            "--vllm.enable_sleep",
+            "not with --train.async_enable (OpenRLHF 0.11.2 asserts it): the generator keeps the engines "
+            "busy while the actor trains, so they cannot sleep",
+        )
+    gen = flags["rollout.vllm_generate_batch_size"]
+    if gen is not None and gen > flags["rollout.batch_size"] and not asynchronous:
+        raise FlagError(
+            "--rollout.vllm_generate_batch_size",
+            f"{gen} > --rollout.batch_size {flags['rollout.batch_size']} needs --train.async_enable (OpenRLHF "
+            "0.11.2 asserts it): the extra rollouts wait for later steps in the generator's buffer",
         )
     engines, tp = flags["vllm.num_engines"] or 0, flags["vllm.tensor_parallel_size"]
     colocated_all = flags["train.colocate_all"] and not flags["train.async_enable"]

@@ -21,6 +21,7 @@ from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 from openrlhf_dppo.adapters._ray import unwrap_actor_class
 from openrlhf_dppo.adapters.actor import DPPOReplayBuffer, micro_batch_counts, step_counts
 from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker, DPPOExperienceMaker
+from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator
 from openrlhf_dppo.adapters.step import DrawRecord, PromptDraw, Rollouts, StepContext
 from openrlhf_dppo.adapters.trainer import DPPOTrainer
 from openrlhf_dppo.core import PromptHistory, PromptRateControl
@@ -119,7 +120,9 @@ def bare_trainer(args, cfg, run_dir, group):
     t = object.__new__(Trainer)
     t.args, t.strategy, t.dppo = args, SimpleNamespace(args=args), cfg
     t.history = PromptHistory(10, decay=cfg.history_decay, prior=cfg.history_prior)
-    t.samples_generator = SimpleNamespace(draws=0, rate_control=PromptRateControl.from_config(cfg))
+    gen = object.__new__(DPPOSamplesGenerator)  # the draw state only (its __init__ needs a dataloader)
+    gen.dppo, gen.history, gen.draws, gen.rate_control = cfg, t.history, 0, PromptRateControl.from_config(cfg)
+    t.samples_generator = gen
     t.run_dir = run_dir
     t.actor_model_group, t.critic_model_group = group, None
     t.wandb_logger = t.tensorboard_logger = None

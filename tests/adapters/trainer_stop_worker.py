@@ -20,11 +20,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 def main(run_dir: str, ready: str) -> None:
     import ray._private.utils as ray_utils
-    from dppo_pipeline import CheckpointGroup, Trainer, bare_trainer
+    from dppo_pipeline import CheckpointGroup, bare_trainer
     from dppo_stand_ins import FAKE_RAY, base_argv, make_args
     from openrlhf.trainer import ppo_trainer
     from ray._raylet import raise_sys_exit_with_custom_error_message
 
+    from openrlhf_dppo.adapters import trainer as trainer_module
     from openrlhf_dppo.core import DPPOConfig
     from openrlhf_dppo.run_dir import RunDir
 
@@ -42,7 +43,7 @@ def main(run_dir: str, ready: str) -> None:
         open(ready, "w").close()
         time.sleep(120)
 
-    Trainer.__mro__[1].fit = host_fit  # the host class _DPPOTrainer extends
+    trainer_module._PPOTrainerBase.fit = host_fit  # the host class _DPPOTrainer extends
 
     def sigterm_handler(signum, frame):  # Ray's worker handler (ray/_private/worker.py, main_loop)
         raise_sys_exit_with_custom_error_message("The process receives a SIGTERM.", exit_code=1)

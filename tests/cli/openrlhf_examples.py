@@ -47,7 +47,6 @@ class Example:
 
 
 GAE = "a critic (GAE) needs every sequence"
-ASYNC = "OpenRLHF 0.11.2's async trainer leaves no seam"
 TIS = ("--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_mode", "clip")
 ICEPOP = ("--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_mode", "mask")
 RENAMED_TIS = ("--algo.advantage.is_correction_enable",)
@@ -276,7 +275,6 @@ EXAMPLES = (
             renamed=RENAMED_ICEPOP, dppo_notice=MAX_LEN,
             variant="GRPO: --algo.advantage.estimator group_norm, as the README lists for this script"),
     Example("train_reinforce_baseline_ray_agent_async.sh", REINFORCE_BASELINE_RAY_AGENT_ASYNC,
-            "--train.async_enable", ASYNC, baseline="--train.async_enable", baseline_reason=ASYNC,
             renamed=RENAMED_ICEPOP),
     Example("train_vlm_math_hybrid_engine.sh", VLM_MATH_HYBRID_ENGINE, "--data.max_images_per_prompt",
             "does not support for vision-language models"),

@@ -112,8 +112,13 @@ REFUSED = {
         lambda a: replaced(a, "--algo.advantage.estimator", "gae"), "--algo.advantage.estimator",
         "a critic (GAE) needs every sequence",
     ),
-    "async-training": (
-        lambda a: a + ["--train.async_enable"], "--train.async_enable", "not supported by train_dppo_ray",
+    "partial-rollout-without-async": (
+        lambda a: a + ["--train.partial_rollout_enable"], "--train.partial_rollout_enable",
+        "needs --train.async_enable",
+    ),
+    "over-sampling-without-async": (
+        lambda a: a + ["--dppo.enable", "false", "--rollout.vllm_generate_batch_size", "64"],
+        "--rollout.vllm_generate_batch_size", "needs --train.async_enable",
     ),
     "images-with-dppo": (
         lambda a: a + ["--data.max_images_per_prompt", "1"], "--data.max_images_per_prompt",

@@ -83,7 +83,7 @@ def test_every_flag_defaults_to_its_field_default_and_run_options_parse():
         (["--dppo.max_steps", "10", "--dppo.schedule_steps", "9"], "--dppo.schedule_steps"),
         (["--algo.advantage.estimator", "gae", "--critic.model_name_or_path", "x"], "--algo.advantage.estimator"),
         (["--algo.advantage.estimator", "reinforce"], "--algo.advantage.estimator"),
-        (["--train.async_enable"], "--train.async_enable"),
+        (["--train.partial_rollout_enable"], "--train.partial_rollout_enable"),
         (["--dppo.prompt_prune_rate", "0.5", "--dppo.prompt_batch", "refill", "--dppo.sampling", "bernoulli"],
          "--dppo.prompt_batch"),
         (["--rollout.vllm_generate_batch_size", "8"], "--rollout.vllm_generate_batch_size"),
@@ -182,10 +182,14 @@ def test_only_the_main_block_and_its_stdlib_imports_are_run(tmp_path):
 
 def test_install_points_openrlhf_at_the_dppo_classes():
     from openrlhf.cli import train_ppo_ray
-    from openrlhf.trainer import ppo_trainer
+    from openrlhf.trainer import ppo_trainer, ppo_trainer_async
 
     from openrlhf_dppo.adapters import install
+
+    # the replacements are Ray actor classes again, wrapping subclasses of OpenRLHF's Python classes
+    from openrlhf_dppo.adapters._ray import unwrap_actor_class
     from openrlhf_dppo.adapters.actor import DPPOPolicyModelActor
+    from openrlhf_dppo.adapters.async_trainer import DPPOTrainerAsync
     from openrlhf_dppo.adapters.trainer import DPPOTrainer
     from openrlhf_dppo.run_dir import RunMeta
 
@@ -196,10 +200,14 @@ def test_install_points_openrlhf_at_the_dppo_classes():
         # the run metadata as constructor arguments (the same objects: nothing rebuilt)
         factory = ppo_trainer.PPOTrainer
         assert factory.trainer_class is DPPOTrainer and factory.dppo is cfg and factory.run is run
+        # under --train.async_enable train() imports PPOTrainerAsync from its module when it runs
+        async_factory = ppo_trainer_async.PPOTrainerAsync
+        assert async_factory.trainer_class is DPPOTrainerAsync and async_factory.dppo is cfg
+        assert async_factory.run is run
+        assert issubclass(
+            unwrap_actor_class(DPPOTrainerAsync), unwrap_actor_class(replaced_classes["PPOTrainerAsync"])
+        )
         assert train_ppo_ray.PolicyModelActor is DPPOPolicyModelActor
-        # both are Ray actor classes again, wrapping subclasses of OpenRLHF's Python classes
-        from openrlhf_dppo.adapters._ray import unwrap_actor_class
-
         assert issubclass(unwrap_actor_class(DPPOTrainer), unwrap_actor_class(replaced_classes["PPOTrainer"]))
         stand_in = type(factory)(SimpleNamespace(remote=lambda *a, **k: (a, k)), cfg, run)
         assert stand_in.remote("model", "strategy", temperature=1.0) == (
@@ -212,16 +220,18 @@ def test_install_points_openrlhf_at_the_dppo_classes():
         assert DPPOPolicyModelActor._default_options == replaced_classes["PolicyModelActor"]._default_options
     finally:
         ppo_trainer.PPOTrainer = replaced_classes["PPOTrainer"]
+        ppo_trainer_async.PPOTrainerAsync = replaced_classes["PPOTrainerAsync"]
         train_ppo_ray.PolicyModelActor = replaced_classes["PolicyModelActor"]
-    # --dppo.enable false: the same two (the actor counts what GRPO trains and trains its short batches)
+    # --dppo.enable false: the same three (the actor counts what GRPO trains and trains its short batches)
     actor = train_ppo_ray.PolicyModelActor
     replaced_classes = install(DPPOConfig(enable=False), RunMeta())
     try:
-        assert set(replaced_classes) == {"PPOTrainer", "PolicyModelActor"}
+        assert set(replaced_classes) == {"PPOTrainer", "PPOTrainerAsync", "PolicyModelActor"}
         assert replaced_classes["PolicyModelActor"] is actor
         assert train_ppo_ray.PolicyModelActor is DPPOPolicyModelActor
     finally:
         ppo_trainer.PPOTrainer = replaced_classes["PPOTrainer"]
+        ppo_trainer_async.PPOTrainerAsync = replaced_classes["PPOTrainerAsync"]
         train_ppo_ray.PolicyModelActor = replaced_classes["PolicyModelActor"]
 
 

@@ -1,0 +1,345 @@
+"""OpenRLHF's asynchronous trainer (``--train.async_enable``) with the DPPO parts, in both arms.
+
+OpenRLHF 0.11.2 (``openrlhf/trainer/ppo_trainer_async.py``): a controller actor ``PPOTrainerAsync`` builds
+a ``GenerateSamplesActor`` (its own prompt dataloader and ``SamplesGenerator``) and a ``TrainingActor``
+(the experience maker and the PPO step); batches go forward through a ray ``Queue`` of at most
+``--train.async_queue_size`` (rollouts, client states, filter pass rate, generation time), and a queue
+of slot tokens goes back, each carrying the trainer's step when it took a batch (the generator evaluates
+on it). A ``VLLMLock`` keeps weight broadcast and generation (or evaluation, under
+``--train.partial_rollout_enable``, which pauses the engines for the broadcast instead) apart.
+
+Where DPPO's parts live (``adapters.install`` puts ``TrainerFactory(DPPOTrainerAsync, ...)`` at
+``ppo_trainer_async.PPOTrainerAsync``, which ``train()`` imports when it runs):
+
+| part                                         | actor                          | as in sync mode                |
+|----------------------------------------------|--------------------------------|--------------------------------|
+| prompt draw, q, rate control, step limit     | ``DPPOGenerateSamplesActor``   | ``DPPOSamplesGenerator``       |
+| prompt history update (every rolled-out group) | ``DPPOGenerateSamplesActor``, right after the rollouts | the experience maker's, same rewards |
+| the rate control's all-equal share           | ``DPPOGenerateSamplesActor``   | the trainer's ``rollout/*``     |
+| completion pruning, weights, packing, plan   | ``DPPOTrainingActor``'s maker  | ``DPPOExperienceMaker``        |
+| metrics, accounting, run directory, status   | ``DPPOTrainingActor``          | ``adapters.trainer.DPPOSteps`` |
+| DPPO state in checkpoints                    | generator's snapshot, in each batch's client states; restored into the generator | the trainer's |
+
+Why the estimator stays unbiased (METHOD.md "Level 1"): q of a prompt is computed in the generator before
+its rollout, from the history of the batches the generator has generated so far, all of whose rewards it
+holds when it generated them (0.11.2 computes rewards in the generator). Conditioned on that past, the
+keep indicator of each prompt has mean q and its rollouts are weighted by 1/q: E[sum_kept g_j / q_j | past]
+= sum_j g_j, for whatever policy generated g_j. So async DPPO estimates the gradient async GRPO takes on the
+same batch (the same off-policy lag, which PPO's ratio handles in both arms). The history does not lag: the
+draw of batch t+1 already knows batch t's rewards, as in sync mode; what lags is the policy that generated
+them (up to ``--train.async_queue_size`` steps behind, as for GRPO), so the history's scores are of a policy
+a step or more older than the one that trains: with a slowly moving policy that costs little.
+
+Nothing is lost between the actors: each step's ``StepContext`` travels in its batch, so the trainer checks
+generated = trained + pruned + filtered + untrained for every step as in sync mode. The generator stops
+after ``--dppo.max_steps`` batches, so at a normal end the queue is empty; batches generated after the last
+checkpoint of a stopped run are generated again on resume (the generator restarts from the checkpoint's
+dataloader and DPPO state), as the steps after it are in sync mode, and the run directory keeps one metrics
+line per step. The last step's evaluation: OpenRLHF's generator evaluates on the slot tokens, which stop
+with the last batch; here the trainer answers the generator's "done" with its final step on a queue of its
+own, and the generator evaluates there when ``--eval.steps`` says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import ray
+from openrlhf.trainer import ppo_trainer_async as host
+from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
+from openrlhf.utils.logging_utils import init_logger
+from ray.util.queue import Queue
+
+from openrlhf_dppo import run_dir as rd
+from openrlhf_dppo.adapters import packing
+from openrlhf_dppo.adapters._ray import remote_like, unwrap_actor_class
+from openrlhf_dppo.adapters.experience_maker import update_history
+from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError
+from openrlhf_dppo.adapters.trainer import DPPO_STATE, DPPOSteps, new_history, planned_steps, rollout_stats
+from openrlhf_dppo.core import DPPOConfig
+from openrlhf_dppo.run_dir import RunMeta
+
+logger = init_logger(__name__)
+
+DONE, CLOSED, EVAL = "done", "closed", "eval"
+
+# The Python classes behind the host's Ray actors (typed Any: see adapters.trainer).
+_GeneratorBase: Any = unwrap_actor_class(host.GenerateSamplesActor)
+_TrainingBase: Any = unwrap_actor_class(host.TrainingActor)
+_ControllerBase: Any = unwrap_actor_class(host.PPOTrainerAsync)
+
+
+class _DPPOGenerateSamplesActor(_GeneratorBase):
+    """OpenRLHF's generator actor with ``DPPOSamplesGenerator`` (both arms) and, for DPPO, the prompt
+    history and rate control, which learn from each batch right after its rollouts."""
+
+    def __init__(self, pretrain, strategy, vllm_engines, *, vllm_lock, rollout_queue, rollout_slots,
+                 final_step, dppo: DPPOConfig, run: RunMeta, **generate_kwargs):  # fmt: skip
+        super().__init__(
+            pretrain, strategy, vllm_engines, vllm_lock=vllm_lock, rollout_queue=rollout_queue,
+            rollout_slots=rollout_slots, **generate_kwargs,
+        )  # fmt: skip
+        self.dppo, self.final_step = dppo, final_step
+        prompts = len(self.prompts_dataloader.dataset)
+        self.history = new_history(dppo, prompts)
+        host_generator: Any = self.samples_generator  # OpenRLHF's, built by its constructor: its tokenizer
+        self.samples_generator: DPPOSamplesGenerator = DPPOSamplesGenerator(
+            strategy=strategy,
+            prompts_dataloader=self.prompts_dataloader,
+            eval_dataloader=self.eval_dataloader,
+            tokenizer=host_generator.tokenizer,
+            vllm_engines=vllm_engines,
+            dppo=dppo,
+            history=self.history,
+            step_limit=run.max_steps,
+        )
+        host_steps: int = self.max_steps  # OpenRLHF's count
+        self.max_steps: int = planned_steps(self.args, host_steps, prompts, dppo, run)
+
+    # ---- resume ---------------------------------------------------------------------------------
+    def restore(self, states: dict) -> None:
+        """The checkpoint's generator state: the dataloader, DPPO's draw state (history, draw counter,
+        rate control) and the steps handed out, as they were right after the checkpointed step's batch."""
+        if states.get("data_loader_state_dict"):
+            self.prompts_dataloader.load_state_dict(states["data_loader_state_dict"])
+        if self.dppo.enable and DPPO_STATE in states:
+            self.samples_generator.load_dppo_state(states[DPPO_STATE])
+        self.samples_generator.steps = int(states.get("global_step", 0))
+
+    # ---- one batch ------------------------------------------------------------------------------
+    def _learn(self, rollouts) -> None:
+        """DPPO: the history and the rate control learn from the batch just generated (raw rewards on the
+        rollouts; the history's shaping is done on copies), before the next draw."""
+        ctx, G = rollouts.ctx, self.args.rollout.n_samples_per_prompt
+        update_history(self.history, ctx, rollouts, self.args)
+        stats = rollout_stats(list(rollouts) + ctx.filtered, G, ctx)
+        if stats is not None:
+            self.samples_generator.rate_control.observe(stats[rd.EQUAL_REWARD_FRAC_HT])
+
+    def _generate(self):
+        """(rollouts, filter pass rate, prompts consumed, exhausted, seconds), under the vLLM lock unless
+        partial rollout (then the trainer pauses the engines for the weight broadcast)."""
+        partial = self._partial_rollout
+        if not partial:
+            ray.get(self.vllm_lock.acquire.remote())
+        try:
+            start = time.time()
+            out = self.samples_generator.generate_samples(**self.generate_kwargs)
+            return (*out, time.time() - start)
+        finally:
+            if not partial:
+                ray.get(self.vllm_lock.release.remote())
+
+    def _evaluate(self, step: int) -> None:
+        """Evaluates under the vLLM lock and sends the metrics (with ``timing/eval``) to the trainer."""
+        self._last_eval_step = step
+        ray.get(self.vllm_lock.acquire.remote())
+        try:
+            start = time.time()
+            try:
+                logs = self._run_eval()
+            except RewardError as err:
+                raise RewardError(f"{err} (the evaluation at step {step})") from None
+            logs[rd.EVAL_TIME] = time.time() - start
+        finally:
+            ray.get(self.vllm_lock.release.remote())
+        self.rollout_queue.put((EVAL, step, logs), block=True)
+
+    def _evaluation_on(self) -> bool:
+        return self.eval_dataloader is not None and math.isfinite(float(self.args.eval.steps))
+
+    def fit(self, episode: int, total_consumed_prompts: int, global_step: int = 0) -> None:
+        """OpenRLHF's generator loop (a slot token per batch; evaluation when the token's step says so),
+        with: the starting point's evaluation of a fresh run (step 0), DPPO's learning after each batch,
+        the DPPO state in each batch's client states, and the last step's evaluation after "done"."""
+        if global_step == 0 and self._evaluation_on():
+            self.rollout_slots.get(block=True)  # the trainer returns the token when it reads the result
+            self._evaluate(0)
+        just_evaluated = False
+        for epoch in range(episode, self.args.train.num_episodes):
+            while True:
+                step = self.rollout_slots.get(block=True)  # the trainer's step when it took a batch
+                if self._should_eval(step) and not just_evaluated:
+                    just_evaluated = True  # the trainer answers with the same step: no second evaluation
+                    self._evaluate(step)
+                    continue
+                just_evaluated = False
+                rollouts, pass_rate, consumed, exhausted, seconds = self._generate()
+                total_consumed_prompts += consumed
+                if rollouts:
+                    rollouts.ctx.responses = []  # used by the generator only: not sent
+                    if self.dppo.enable:
+                        self._learn(rollouts)
+                    states = {
+                        "episode": epoch,
+                        "total_consumed_prompts": total_consumed_prompts,
+                        "data_loader_state_dict": self.prompts_dataloader.state_dict(),
+                    }
+                    if self.dppo.enable:
+                        states[DPPO_STATE] = self.samples_generator.dppo_state_dict()
+                    self.rollout_queue.put((rollouts, states, pass_rate, seconds), block=True)
+                else:
+                    self.rollout_slots.put(step, block=True)  # nothing sent: the token comes back here
+                if exhausted:
+                    break
+        self.rollout_queue.put(DONE, block=True)
+        step = self.final_step.get(block=True)  # the trainer's last step, sent when it read "done"
+        if self._should_eval(step):
+            self._evaluate(step)
+        self.rollout_queue.put(CLOSED, block=True)
+
+
+class _DPPOTrainingActor(DPPOSteps, _TrainingBase):
+    """OpenRLHF's training actor with the sync trainer's step (``DPPOSteps``): DPPO's or the counting
+    experience maker, metrics, the accounting check, the run directory. The prompt history is the
+    generator's: the maker here does not update one."""
+
+    def __init__(self, pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
+                 reference_model_group, vllm_engines, *, vllm_lock, rollout_queue, rollout_slots,
+                 final_step, dppo: DPPOConfig, run: RunMeta, max_steps: int):  # fmt: skip
+        super().__init__(
+            pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
+            reference_model_group, vllm_engines, vllm_lock=vllm_lock, rollout_queue=rollout_queue,
+            rollout_slots=rollout_slots,
+        )  # fmt: skip
+        packing.register()  # this actor's process plans the packing
+        self.final_step = final_step
+        self._open_run(self.args, dppo, run, max_steps)
+        self.experience_maker = self._make_experience_maker(None)
+        self._checkpoint_states: dict | None = None
+
+    def _observe_rates(self, stats: dict) -> None:
+        """The generator's rate control has observed this batch already."""
+
+    def broadcast_to_vllm(self) -> None:
+        """OpenRLHF's (the weights to vLLM under the lock; with partial rollout the engines paused, not
+        stopped), calling ``BasePPOTrainer``'s by name: the host's own override reaches it through a
+        zero-argument ``super()``, which raises in this subclass's Ray worker ("obj must be an instance or
+        subtype of type")."""
+        ray.get(self.vllm_lock.acquire.remote())
+        if self._partial_rollout:
+            batch_vllm_engine_call(self.vllm_engines, "pause_generation")
+        try:
+            BasePPOTrainer.broadcast_to_vllm(self)
+        finally:
+            if self._partial_rollout:
+                batch_vllm_engine_call(self.vllm_engines, "resume_generation")
+            ray.get(self.vllm_lock.release.remote())
+
+    def dppo_state_dict(self) -> dict | None:
+        raise RuntimeError("the DPPO state of an async run comes from the generator, in the client states")
+
+    def init_checkpoint_states(self):
+        if self._checkpoint_states is None:
+            states = super().init_checkpoint_states()
+            self._resume_run(states)
+            self._checkpoint_states = states
+        return self._checkpoint_states
+
+    def fit(self, global_step: int = 0) -> None:
+        self._recorded_fit(self._fit, global_step)
+
+    def _fit(self, global_step: int) -> None:
+        """OpenRLHF's training loop (a batch from the queue, its slot token back, one step), with the run
+        directory's metrics and evaluations, and the closing handshake (see the module docstring)."""
+        started, closing = time.time(), False
+        latest: dict = {}  # the client states of the last step trained (a best checkpoint saves them)
+        while True:
+            payload = self.rollout_queue.get(block=True)
+            if payload == CLOSED:
+                break
+            if payload == DONE:
+                closing = True
+                self.final_step.put(global_step, block=True)
+                continue
+            if payload[0] == EVAL:
+                _, step, logs = payload
+                if not closing:
+                    self.rollout_slots.put(global_step, block=True)
+                self._record_eval(step, logs)
+                if self.wandb_logger:
+                    self.wandb_logger.log_eval(step, logs)
+                if self.tensorboard_logger:
+                    self.tensorboard_logger.log_eval(step, logs)
+                self.save_best_checkpoint(logs, step, {**latest, "global_step": global_step})
+                started = time.time()  # the next step's time excludes the evaluation
+                continue
+            rollouts, states, pass_rate, seconds = payload
+            self.rollout_slots.put(global_step, block=True)  # the generator may start the next batch
+            status, global_step = self.train_step(rollouts, global_step)
+            status[rd.GENERATION] = seconds
+            # wall-clock of the whole step, queue wait included (its parts overlap with generation)
+            status[rd.STEP_TOTAL] = time.time() - started
+            started = time.time()
+            if self.args.algo.dynamic_filtering_enable:
+                status["dynamic_filtering_pass_rate"] = pass_rate
+            states["global_step"] = global_step
+            latest = dict(states)
+            self.save_logs_and_checkpoints(global_step, status, states)
+        if self.wandb_logger:
+            self.wandb_logger.close()
+        if self.tensorboard_logger:
+            self.tensorboard_logger.close()
+
+
+DPPOGenerateSamplesActor = remote_like(host.GenerateSamplesActor, _DPPOGenerateSamplesActor)
+DPPOTrainingActor = remote_like(host.TrainingActor, _DPPOTrainingActor)
+
+
+class _DPPOTrainerAsync(_ControllerBase):
+    """OpenRLHF's async controller, building the two DPPO actors. OpenRLHF's constructor builds its own
+    actors by their module-global names with fixed arguments; this one passes each the CLI's validated
+    ``DPPOConfig`` and ``RunMeta``, the schedule's step count (the generator knows the dataset) and the
+    closing handshake's queue, and ``fit`` restores the generator's whole state on a resume."""
+
+    def __init__(self, pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
+                 reference_model_group, vllm_engines, *, dppo: DPPOConfig, run: RunMeta,
+                 **generate_kwargs):  # fmt: skip
+        args = strategy.args
+        if args.eval.steps == -1:
+            args.eval.steps = float("inf")  # no evaluation (OpenRLHF's convention)
+        if args.ckpt.save_steps == -1:
+            args.ckpt.save_steps = float("inf")  # no checkpoint
+        size = getattr(args.train, "async_queue_size", 1)
+        if size <= 0:
+            raise ValueError(f"--train.async_queue_size must be positive, got {size}")
+        self.rollout_queue = Queue(maxsize=size)
+        self.rollout_slots = Queue(maxsize=size)
+        for _ in range(size):
+            self.rollout_slots.put(0, block=True)
+        self.final_step = Queue(maxsize=1)
+        lock = host.VLLMLock.remote()
+        channels = dict(vllm_lock=lock, rollout_queue=self.rollout_queue, rollout_slots=self.rollout_slots,
+                        final_step=self.final_step, dppo=dppo, run=run)  # fmt: skip
+        self.generator_actor = DPPOGenerateSamplesActor.remote(
+            pretrain=pretrain, strategy=strategy, vllm_engines=vllm_engines, **channels, **generate_kwargs
+        )
+        max_steps = ray.get(self.generator_actor.get_max_steps.remote())
+        self.trainer_actor = DPPOTrainingActor.remote(
+            pretrain=pretrain, strategy=strategy, actor_model_group=actor_model_group,
+            critic_model_group=critic_model_group, reward_model_group=reward_model_group,
+            reference_model_group=reference_model_group, vllm_engines=vllm_engines, max_steps=max_steps,
+            **channels,
+        )  # fmt: skip
+
+    def fit(self) -> None:
+        states = ray.get(self.trainer_actor.init_checkpoint_states.remote())
+        ray.get(self.trainer_actor.restore_best_checkpoint_state.remote(states))
+        step = int(states["global_step"])
+        if step > 0:  # the generator's whole state, and vLLM's weights, as of the checkpointed step
+            ray.get(
+                [self.generator_actor.restore.remote(states), self.trainer_actor.broadcast_to_vllm.remote()]
+            )
+        ray.get([
+            self.generator_actor.fit.remote(
+                episode=states["episode"], total_consumed_prompts=states.get("total_consumed_prompts", 0),
+                global_step=step,
+            ),
+            self.trainer_actor.fit.remote(global_step=step),
+        ])  # fmt: skip
+
+
+DPPOTrainerAsync = remote_like(host.PPOTrainerAsync, _DPPOTrainerAsync)

