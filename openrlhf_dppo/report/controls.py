@@ -23,7 +23,9 @@ comparable, naming the arm a control and what it differs in (:func:`designed_key
 the flags ``examples/scripts/train_tiny_cpu.sh`` derives from it: ``--train.batch_size`` (PROMPTS x
 SAMPLES) where it keeps the baseline's ratio to the batch (as many optimizer steps a step), and
 ``--train.num_episodes`` (rounded up from PROMPTS) where it is the baseline's scaled by the batch to
-within one episode (the same number of steps). Any other difference still makes it "not comparable".
+within one episode (the same number of steps), and ``--rollout.vllm_generate_batch_size`` where each
+run's equals its own batch (OpenRLHF sets it so when it is not given). Any other difference still makes
+it "not comparable".
 
 Its column "vs the same budget, chosen at random" is its training time to the report's target (the
 baseline's final held-out accuracy) over each matched control's, on the arms' mean curves, as the
@@ -124,7 +126,19 @@ def designed_keys(arm: Arm, baseline: Arm) -> frozenset[str]:
         keys.add("train.batch_size")
     if _scales_with_batch("train.num_episodes", run, base, 1.0):  # each rounded up: within one
         keys.add("train.num_episodes")
+    if all(_equals_batch(GENERATE_BATCH, r) for r in (run, base)):  # OpenRLHF's default fills it in
+        keys.add(GENERATE_BATCH)
     return frozenset(keys)
+
+
+GENERATE_BATCH = "rollout.vllm_generate_batch_size"
+
+
+def _equals_batch(key: str, run: Run) -> bool:
+    """Whether the run's ``key`` is its own ``rollout.batch_size`` (as OpenRLHF sets an unset
+    ``--rollout.vllm_generate_batch_size``)."""
+    value, b = number(_args(run).get(key)), batch_size(run)
+    return value is not None and b is not None and value == b
 
 
 def designed(arm: Arm, baseline: Arm, differences: list[Difference]) -> list[Difference]:

@@ -216,6 +216,17 @@ def test_a_budget_arm_that_differs_in_its_batch_alone_is_comparable_and_named_a_
     five[4]["batch"] = 5
     rep = sitting(tmp_path / "b", rundirs, [TINY_GRPO, five])
     assert rep.comparisons[0].comparable and headline(rep)[0].endswith(f"[{note}]")
+    # OpenRLHF fills --rollout.vllm_generate_batch_size with each run's own batch: by design too
+    gen_base = ("grpo", 4.0, CURVE, "grpo", {"batch": 8, "args": GRPO_ARGS | {C.GENERATE_BATCH: 8}})
+    rep = sitting(tmp_path / "c", rundirs, [gen_base, _budget_arm({C.GENERATE_BATCH: 4})])
+    assert rep.comparisons[0].comparable, rep.warnings
+    assert headline(rep)[0].endswith(
+        f"[{DESIGNED}rollout.batch_size, {C.GENERATE_BATCH}, train.batch_size, train.num_episodes]"
+    )
+    # ... but a generation batch other than the run's own batch is a difference of its own
+    rep = sitting(tmp_path / "d", rundirs, [gen_base, _budget_arm({C.GENERATE_BATCH: 6})])
+    assert not rep.comparisons[0].comparable
+    assert any(f"{C.GENERATE_BATCH} (other OpenRLHF args)" in w for w in rep.warnings)
 
 
 def test_a_budget_arm_that_differs_in_anything_else_is_still_not_comparable(tmp_path, rundirs):
