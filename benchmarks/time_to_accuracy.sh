@@ -17,6 +17,8 @@
 #   grpo-half  GRPO with half the prompts a step (PROMPTS / 2): the batch shrink rolls out at r_q = 0.5, a
 #            control for "is it only a smaller batch?" (compare names it a control, GRPO at DPPO's budget,
 #            comparable: it differs in its batch by design)
+#   X-async  arm X under OpenRLHF's asynchronous trainer (--train.async_enable: the next batch is generated
+#            while the last one trains), e.g. grpo-async, zero-share-async (its -budget control is async GRPO)
 # The equal-cost controls (METHOD.md "Measuring the promise"), for any DPPO arm X above:
 #   X-uniform  X's flags plus --dppo.prompt_policy uniform (q = 1 - r for every prompt under the same rate
 #            control): an arm that differs from X in the selection alone
@@ -101,9 +103,17 @@ arm_env() {  # arm -> "ALGO [VAR=value ...] extra-flags...": the VAR=value words
           "shrink-unseen, refill-unseen, shrink-unseen-ro0, zero-share)" >&2; return 2
       fi
       if [[ "$1" == *-uniform ]]; then echo "$words --dppo.prompt_policy uniform"
+      elif [[ "$base" == *-async ]]; then echo "grpo --train.async_enable"  # an async arm's: async GRPO
       else echo "grpo"; fi ;;  # PROMPTS: X's budget, read after X's run (budget_prompts)
+    *-async)
+      local words
+      if ! words=$(arm_env "${1%-async}" 2> /dev/null) || [[ "$words" == *--train.async_enable* ]]; then
+        echo "unknown arm '$1' (X-async is arm X under OpenRLHF's asynchronous trainer)" >&2; return 2
+      fi
+      echo "$words --train.async_enable" ;;
     *) echo "unknown arm '$1' (grpo, shrink, refill, df, shrink-unseen, refill-unseen, shrink-unseen-ro0," \
-         "zero-share, grpo-half, or a DPPO arm's control X-uniform, X-budget)" >&2; return 2 ;;
+         "zero-share, grpo-half, any of them under the async trainer X-async, or a DPPO arm's control" \
+         "X-uniform, X-budget)" >&2; return 2 ;;
   esac
 }
 is_control() { [[ "$1" == *-uniform || "$1" == *-budget ]]; }

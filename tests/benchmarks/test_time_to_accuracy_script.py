@@ -415,3 +415,23 @@ def test_controls_can_be_named_or_left_out_and_bad_ones_are_refused_before_any_r
         res = run(**env)
         assert res.returncode == 2 and message in res.stderr and res.stdout == "", (env, res.stderr)
     assert commands(SEEDS="1", ARMS="grpo zero-share", POOL="auto", CONTROLS="0")  # no -budget arm: allowed
+
+
+def test_an_async_arm_is_its_arm_under_the_async_trainer_and_its_budget_control_is_async_grpo():
+    runs = {
+        arm: cmd for arm, _, cmd in commands(pending=True, SEEDS="1", ARMS="grpo grpo-async zero-share-async")
+    }
+    assert list(runs) == ["grpo", "grpo-async", "zero-share-async", "zero-share-async-uniform",
+                          "zero-share-async-budget"]  # fmt: skip
+    sync = {arm: cmd for arm, _, cmd in commands(SEEDS="1", CONTROLS="0", ARMS="grpo zero-share")}
+    for arm in ("grpo", "zero-share"):
+        renamed = [w.replace(f"/{arm}_s1", f"/{arm}-async_s1") for w in sync[arm]]
+        assert runs[f"{arm}-async"] == renamed + ["--train.async_enable"]
+    assert runs["zero-share-async-uniform"][-3:] == [
+        "--train.async_enable",
+        "--dppo.prompt_policy",
+        "uniform",
+    ]
+    assert "--train.async_enable" not in runs["grpo"] and runs["zero-share-async-budget"] == []  # read later
+    res = run(SEEDS="1", ARMS="grpo grpo-async-async")
+    assert res.returncode == 2 and "unknown arm 'grpo-async-async'" in res.stderr
