@@ -153,11 +153,14 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
 
     def fit(self, episode: int, total_consumed_prompts: int, global_step: int = 0) -> None:
         """OpenRLHF's generator loop (a slot token per batch; evaluation when the token's step says so),
-        with: the starting point's evaluation of a fresh run (step 0), DPPO's learning after each batch,
+        with: the starting point's evaluation of a fresh run (step 0; a resumed run does not evaluate its
+        checkpointed step again, as in sync mode), DPPO's learning after each batch,
         the DPPO state in each batch's client states, and the last step's evaluation after "done"."""
         if global_step == 0 and self._evaluation_on():
             self.rollout_slots.get(block=True)  # the trainer returns the token when it reads the result
             self._evaluate(0)
+        elif global_step > 0:  # a resume: the run evaluated its checkpointed step before it stopped
+            self._last_eval_step = global_step
         just_evaluated = False
         for epoch in range(episode, self.args.train.num_episodes):
             while True:
