@@ -267,7 +267,8 @@ class _DPPOTrainingActor(DPPOSteps, _TrainingBase):
                     self.wandb_logger.log_eval(step, logs)
                 if self.tensorboard_logger:
                     self.tensorboard_logger.log_eval(step, logs)
-                self.save_best_checkpoint(logs, step, {**latest, "global_step": global_step})
+                if step > 0:  # the starting point is no candidate (the sync trainer's evaluate(0) saves none)
+                    self.save_best_checkpoint(logs, step, {**latest, "global_step": global_step})
                 started = time.time()  # the next step's time excludes the evaluation
                 continue
             rollouts, states, pass_rate, seconds = payload

@@ -81,9 +81,10 @@ def actors(steps: int, eval_steps: float, queue_size: int, episodes: int = 2):
     trainer.train_step = lambda rollouts, step: (trained.append(list(rollouts)) or {}, step + 1)
     trainer.save_logs_and_checkpoints = lambda step, status, states: logged.append((step, dict(status)))
     trainer._record_eval = lambda step, logs: evals.append((step, logs["timing/eval"] >= 0))
-    trainer.save_best_checkpoint = lambda logs, step, states: None
+    best = []  # the steps whose evaluation may save a best checkpoint
+    trainer.save_best_checkpoint = lambda logs, step, states: best.append(step)
     return gen, trainer, SimpleNamespace(trained=trained, logged=logged, evals=evals, evaluated=evaluated,
-                                         slots=slots, batches=batches, lock=gen.vllm_lock)  # fmt: skip
+                                         slots=slots, batches=batches, lock=gen.vllm_lock, best=best)  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -119,6 +120,7 @@ def test_every_batch_is_trained_once_in_order_and_evaluations_run_from_step_0_to
     assert steps[0] == 0 and steps[-1] == 6 and steps == sorted(set(steps))
     assert set(steps) <= {0, 2, 4, 6} and all(timed for _, timed in seen.evals)
     assert seen.evaluated == steps
+    assert seen.best == steps[1:]  # the starting point saves no best checkpoint, as in sync mode
     # nothing left behind: every slot token is back, the batch queue is empty, the lock is free
     assert seen.slots.qsize() == queue_size and seen.batches.empty() and seen.lock.held == 0
 
