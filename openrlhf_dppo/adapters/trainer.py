@@ -178,14 +178,12 @@ _BasePPOTrainer: Any = ppo_trainer.BasePPOTrainer
 
 
 class DPPOSteps(_BasePPOTrainer):
-    """What the synchronous trainer and the asynchronous training actor (``adapters.async_trainer``) share:
-    one step (``train_step``: rollout statistics, the DPPO or counting step, the accounting check, the
-    prompt log), the run directory (metrics, evaluations, status) and the DPPO state in the checkpoints.
-    A ``BasePPOTrainer`` listed before OpenRLHF's trainer class (``PPOTrainer``, ``TrainingActor``), so
-    ``super()`` reaches that class's and then ``BasePPOTrainer``'s methods; the instance sets ``dppo``, ``step_limit``,
-    ``run_dir``, ``_last_step`` (``_open_run``). Hooks: ``_observe_rates`` (the step's all-equal share to
-    the rate control: where the prompts are drawn) and ``dppo_state_dict`` (None where the generator's state
-    already rides in the client states)."""
+    """What the sync trainer and the async training actor (``adapters.async_trainer``) share: one step
+    (``train_step``: rollout statistics, the DPPO or counting step, the accounting check, the prompt log),
+    the run directory and the DPPO state in the checkpoints. Listed before OpenRLHF's trainer class
+    (``PPOTrainer``, ``TrainingActor``): ``super()`` reaches its methods, then ``BasePPOTrainer``'s. Hooks:
+    ``_observe_rates`` (the all-equal share to the rate control, where the prompts are drawn) and
+    ``dppo_state_dict`` (the sync trainer's; the async generator's rides in the client states)."""
 
     def _open_run(self, args, dppo: DPPOConfig, run: RunMeta, planned_steps: int) -> None:
         """The run directory and run_config.json (``--dppo.run_dir``, else ``--ckpt.output_dir``)."""
@@ -211,9 +209,6 @@ class DPPOSteps(_BasePPOTrainer):
         return CountingExperienceMaker(*maker_args, short_batch=self.dppo.short_batch)
 
     def _observe_rates(self, stats: dict) -> None:
-        raise NotImplementedError
-
-    def dppo_state_dict(self) -> dict | None:
         raise NotImplementedError
 
     # ---- one step -------------------------------------------------------------------------------

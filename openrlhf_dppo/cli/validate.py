@@ -251,11 +251,7 @@ def check_host_asserts(flags: dict) -> None:
         )
     asynchronous = flags["train.async_enable"]
     if flags["train.partial_rollout_enable"] and not asynchronous:
-        raise FlagError(
-            "--train.partial_rollout_enable",
-            "needs --train.async_enable: partial rollouts keep generating while the trainer broadcasts new "
-            "weights, which only the asynchronous trainer does",
-        )
+        raise FlagError("--train.partial_rollout_enable", "needs --train.async_enable (OpenRLHF asserts it)")
     if asynchronous and flags["vllm.enable_sleep"] and flags["train.colocate_all"]:
         raise FlagError(
             "--vllm.enable_sleep",
