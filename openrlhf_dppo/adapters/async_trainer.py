@@ -58,7 +58,7 @@ from openrlhf_dppo.adapters import packing
 from openrlhf_dppo.adapters._ray import remote_like, unwrap_actor_class
 from openrlhf_dppo.adapters.experience_maker import update_history
 from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError
-from openrlhf_dppo.adapters.trainer import DPPO_STATE, DPPOSteps, new_history, planned_steps, rollout_stats
+from openrlhf_dppo.adapters.trainer import DPPO_STATE, DPPOSteps, planned_steps, rollout_stats
 from openrlhf_dppo.core import DPPOConfig
 from openrlhf_dppo.run_dir import RunMeta
 
@@ -84,18 +84,11 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
         )  # fmt: skip
         self.dppo, self.final_step = dppo, final_step
         prompts = len(self.prompts_dataloader.dataset)
-        self.history = new_history(dppo, prompts)
         host_generator: Any = self.samples_generator  # OpenRLHF's, built by its constructor: its tokenizer
-        self.samples_generator: DPPOSamplesGenerator = DPPOSamplesGenerator(
-            strategy=strategy,
-            prompts_dataloader=self.prompts_dataloader,
-            eval_dataloader=self.eval_dataloader,
-            tokenizer=host_generator.tokenizer,
-            vllm_engines=vllm_engines,
-            dppo=dppo,
-            history=self.history,
-            step_limit=run.max_steps,
+        self.samples_generator: DPPOSamplesGenerator = DPPOSamplesGenerator.over(
+            strategy, self, host_generator.tokenizer, vllm_engines, dppo, run.max_steps
         )
+        self.history = self.samples_generator.history
         host_steps: int = self.max_steps  # OpenRLHF's count
         self.max_steps: int = planned_steps(self.args, host_steps, prompts, dppo, run)
 

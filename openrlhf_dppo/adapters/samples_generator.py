@@ -50,7 +50,7 @@ from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters.step import DrawRecord, PromptDraw, Rollouts, StepContext
-from openrlhf_dppo.core import PromptRateControl, prune_prompts, step_generator
+from openrlhf_dppo.core import PromptHistory, PromptRateControl, prune_prompts, step_generator
 
 logger = init_logger(__name__)
 
@@ -78,6 +78,25 @@ class DPPOSamplesGenerator(SamplesGenerator):
         self.prompt_index: dict[str, int] = {}
         for i, prompt in enumerate(self.prompts_dataloader.dataset.prompts):
             self.prompt_index.setdefault(prompt, i)
+
+    @classmethod
+    def over(
+        cls, strategy, owner, tokenizer, vllm_engines, dppo, step_limit: int | None
+    ) -> DPPOSamplesGenerator:
+        """The generator of a host object that built the prompt and eval dataloaders (OpenRLHF's sync
+        trainer or async generator actor), with a new prompt history
+        over the prompt dataset for DPPO (None with ``--dppo.enable false``)."""
+        history = None
+        if dppo.enable:
+            history = PromptHistory(
+                len(owner.prompts_dataloader.dataset), decay=dppo.history_decay, prior=dppo.history_prior,
+                reward_kind=dppo.reward_kind,
+            )  # fmt: skip
+        return cls(
+            strategy=strategy, prompts_dataloader=owner.prompts_dataloader,
+            eval_dataloader=owner.eval_dataloader, tokenizer=tokenizer, vllm_engines=vllm_engines, dppo=dppo,
+            history=history, step_limit=step_limit,
+        )  # fmt: skip
 
     # ---- checkpoint -------------------------------------------------------------------------------
     def dppo_state_dict(self) -> dict:

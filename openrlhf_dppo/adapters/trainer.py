@@ -59,7 +59,7 @@ from openrlhf_dppo.adapters.experience_maker import (
 )
 from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError, response_tokens
 from openrlhf_dppo.adapters.step import StepContext
-from openrlhf_dppo.core import DPPOConfig, PromptHistory, reward_stats
+from openrlhf_dppo.core import DPPOConfig, reward_stats
 from openrlhf_dppo.core.config import DPPOConfigError
 from openrlhf_dppo.run_dir import RunDir, RunMeta
 
@@ -134,15 +134,6 @@ def planned_steps(args, host_steps: int, prompts: int, dppo: DPPOConfig, run: Ru
     (``short_batch_steps``, ``scheduler_steps``). prompts: the prompt dataset's length."""
     host_steps += short_batch_steps(args, prompts, dppo.short_batch)
     return scheduler_steps(args, host_steps, run.max_steps, run.schedule_steps)
-
-
-def new_history(dppo: DPPOConfig, prompts: int) -> PromptHistory | None:
-    """The prompt history of a DPPO run over ``prompts`` prompts (None with ``--dppo.enable false``)."""
-    if not dppo.enable:
-        return None
-    return PromptHistory(
-        prompts, decay=dppo.history_decay, prior=dppo.history_prior, reward_kind=dppo.reward_kind
-    )
 
 
 def rollout_stats(samples, group_size: int, ctx: StepContext) -> dict | None:
@@ -329,17 +320,10 @@ class _DPPOTrainer(DPPOSteps, _PPOTrainerBase):
         )  # fmt: skip
         args = strategy.args
         packing.register()  # this actor's process plans the packing
-        self.history = new_history(dppo, len(self.prompts_dataloader.dataset))
-        self.samples_generator = DPPOSamplesGenerator(
-            strategy=strategy,
-            prompts_dataloader=self.prompts_dataloader,
-            eval_dataloader=self.eval_dataloader,
-            tokenizer=self.tokenizer,
-            vllm_engines=vllm_engines,
-            dppo=dppo,
-            history=self.history,
-            step_limit=run.max_steps,
+        self.samples_generator = DPPOSamplesGenerator.over(
+            strategy, self, self.tokenizer, vllm_engines, dppo, run.max_steps
         )
+        self.history = self.samples_generator.history
         self.max_steps: int = planned_steps(
             args, self.max_steps, len(self.prompts_dataloader.dataset), dppo, run
         )

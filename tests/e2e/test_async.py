@@ -24,7 +24,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_matrix import checkpoint_state, set_flags  # noqa: E402
+from test_matrix import checkpoint_state, set_flags, step_rows  # noqa: E402
 from test_tiny_pipeline import TINY, common_flags, run_cli, tiny, train_rows  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -44,12 +44,8 @@ def async_flags(out: str, *extra: str) -> list[str]:
 
 
 def check_async_run(run: dict, steps: list[int], syncs: int | None = None) -> list[dict]:
-    rows = train_rows(run)
-    assert [r["step"] for r in rows] == steps, "one train line per step"
+    rows = step_rows(run, steps)
     for r in rows:
-        for unit in ("samples", "tokens"):
-            parts = [r[f"{unit}/{k}"] for k in ("trained", "pruned", "filtered", "untrained")]
-            assert r[f"{unit}/generated"] == sum(parts) > 0, (unit, r)
         assert r["timing/step_total"] > 0 and r["timing/generation"] > 0, r
     status = json.load(open(os.path.join(run["out"], "status.json")))
     assert status["state"] == "finished" and status["step"] == steps[-1], status

@@ -90,14 +90,22 @@ def set_flags(flags: list[str]) -> list[str]:
 # ---- the run-directory invariants ----------------------------------------------------------------
 
 
-def check_run(run: dict, steps: list[int], dp: int = 1, engines: int = 1, syncs: int | None = None) -> list:
-    """What every DPPO run directory must show; returns the train lines."""
+def step_rows(run: dict, steps: list[int]) -> list[dict]:
+    """The run's train lines: one per step of ``steps``, each with generated = trained + pruned + filtered
+    + untrained (samples and tokens) and something generated."""
     rows = train_rows(run)
     assert [r["step"] for r in rows] == steps, "one train line per step"
     for r in rows:
         for unit in ("samples", "tokens"):
             parts = [r[f"{unit}/{k}"] for k in ("trained", "pruned", "filtered", "untrained")]
             assert r[f"{unit}/generated"] == sum(parts) > 0, (unit, r)
+    return rows
+
+
+def check_run(run: dict, steps: list[int], dp: int = 1, engines: int = 1, syncs: int | None = None) -> list:
+    """What every DPPO run directory must show; returns the train lines."""
+    rows = step_rows(run, steps)
+    for r in rows:
         missing = [k for k in REQUIRED_KEYS if k not in r]
         assert not missing, missing
         n = r["samples/trained"]
