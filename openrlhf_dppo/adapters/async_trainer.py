@@ -85,9 +85,10 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
         self.dppo, self.final_step = dppo, final_step
         prompts = len(self.prompts_dataloader.dataset)
         host_generator: Any = self.samples_generator  # OpenRLHF's, built by its constructor: its tokenizer
-        self.samples_generator: DPPOSamplesGenerator = DPPOSamplesGenerator.over(
-            strategy, self, host_generator.tokenizer, vllm_engines, dppo, run.max_steps
-        )
+        self.samples_generator: DPPOSamplesGenerator = DPPOSamplesGenerator(
+            strategy=strategy, prompts_dataloader=self.prompts_dataloader, eval_dataloader=self.eval_dataloader,
+            tokenizer=host_generator.tokenizer, vllm_engines=vllm_engines, dppo=dppo, step_limit=run.max_steps,
+        )  # fmt: skip
         self.history = self.samples_generator.history
         host_steps: int = self.max_steps  # OpenRLHF's count
         self.max_steps: int = planned_steps(self.args, host_steps, prompts, dppo, run)

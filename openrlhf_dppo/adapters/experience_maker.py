@@ -123,27 +123,26 @@ def shaped_rewards(samples, args) -> torch.Tensor:
     return torch.cat([s.rewards for s in samples]).reshape(-1, args.rollout.n_samples_per_prompt)
 
 
-def update_history(history, ctx: StepContext, samples, args) -> None:
-    """Every rolled-out group's shaped rewards (length penalties applied to copies: ``samples`` keep their
-    raw rewards) and response token counts (the prompt's cost) into the prompt history, those dynamic
-    filtering dropped (``ctx.filtered``) included: the history must learn that an always-solved prompt is
-    uninformative, whether or not it was kept. Stamped with the step ``ctx.step``. The synchronous
-    experience maker calls it before it shapes the step's rewards; the asynchronous generator right after
-    the rollouts (``adapters.async_trainer``): the same rewards, so the same history."""
-    rolled_out = list(samples) + list(ctx.filtered)
+def update_history(history, ctx: StepContext, samples, args, shaped: torch.Tensor | None = None) -> None:
+    """Every rolled-out group's shaped rewards and response token counts (the prompt's cost) into the prompt
+    history, those dynamic filtering dropped (``ctx.filtered``) included: the history must learn that an
+    always-solved prompt is uninformative, whether or not it was kept. Stamped with the step ``ctx.step``.
+    shaped: the (n, G) shaped rewards of ``samples`` where the caller has them (the sync experience maker,
+    which shapes the step's rollouts in place anyway); otherwise (the async generator, whose rollouts go on
+    to the trainer with their raw rewards) they are shaped on copies, as ``ctx.filtered``'s always are."""
     G = args.rollout.n_samples_per_prompt
+    rolled_out = list(samples) + list(ctx.filtered)
     index = [d.index for d in group_draws(ctx, rolled_out, G)]
+    rest = rolled_out if shaped is None else list(ctx.filtered)
     copies = []
-    for s in rolled_out:
+    for s in rest:
         c = copy.copy(s)
         c.rewards, c.info = s.rewards.clone(), dict(s.info)
         copies.append(c)
-    history.update(
-        torch.tensor(index, dtype=torch.int64),
-        shaped_rewards(copies, args),
-        ctx.step,
-        torch.tensor([response_tokens(s) for s in rolled_out]).reshape(-1, G),
-    )
+    parts = ([] if shaped is None else [shaped]) + ([shaped_rewards(copies, args)] if copies else [])
+    rewards = torch.cat([p.to(parts[0].dtype) for p in parts])
+    tokens = torch.tensor([response_tokens(s) for s in rolled_out]).reshape(-1, G)
+    history.update(torch.tensor(index, dtype=torch.int64), rewards, ctx.step, tokens)
 
 
 class DPPOExperienceMaker(RemoteExperienceMaker):
@@ -193,10 +192,10 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         dp = effective_dp_size(args)
 
         draws = self._groups(ctx, rollout_samples)
-        if self.history is not None:  # None: the asynchronous generator keeps it (adapters.async_trainer)
-            update_history(self.history, ctx, rollout_samples, args)
         rewards = self._shaped_rewards(rollout_samples)
         adv = group_advantages(rewards, args.algo.advantage.estimator)
+        if self.history is not None:  # None: the asynchronous generator keeps it (adapters.async_trainer)
+            update_history(self.history, ctx, rollout_samples, args, shaped=rewards)
 
         adv_flat = adv.reshape(-1)
         q = torch.tensor([d.q for d in draws], dtype=torch.float64)

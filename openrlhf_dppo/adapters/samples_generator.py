@@ -67,6 +67,11 @@ class DPPOSamplesGenerator(SamplesGenerator):
     def __init__(self, *args, dppo, history=None, step_limit: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.dppo = dppo
+        if history is None and dppo.enable:  # DPPO's prompt history over the prompt dataset, unless given
+            history = PromptHistory(
+                len(self.prompts_dataloader.dataset), decay=dppo.history_decay, prior=dppo.history_prior,
+                reward_kind=dppo.reward_kind,
+            )  # fmt: skip
         self.history = history  # PromptHistory (DPPO) or None
         self.step_limit = step_limit  # --dppo.max_steps (None: OpenRLHF's episodes decide)
         self.steps = 0  # steps whose rollouts were handed out (the trainer sets it on a resume)
@@ -78,25 +83,6 @@ class DPPOSamplesGenerator(SamplesGenerator):
         self.prompt_index: dict[str, int] = {}
         for i, prompt in enumerate(self.prompts_dataloader.dataset.prompts):
             self.prompt_index.setdefault(prompt, i)
-
-    @classmethod
-    def over(
-        cls, strategy, owner, tokenizer, vllm_engines, dppo, step_limit: int | None
-    ) -> DPPOSamplesGenerator:
-        """The generator of a host object that built the prompt and eval dataloaders (OpenRLHF's sync
-        trainer or async generator actor), with a new prompt history
-        over the prompt dataset for DPPO (None with ``--dppo.enable false``)."""
-        history = None
-        if dppo.enable:
-            history = PromptHistory(
-                len(owner.prompts_dataloader.dataset), decay=dppo.history_decay, prior=dppo.history_prior,
-                reward_kind=dppo.reward_kind,
-            )  # fmt: skip
-        return cls(
-            strategy=strategy, prompts_dataloader=owner.prompts_dataloader,
-            eval_dataloader=owner.eval_dataloader, tokenizer=tokenizer, vllm_engines=vllm_engines, dppo=dppo,
-            history=history, step_limit=step_limit,
-        )  # fmt: skip
 
     # ---- checkpoint -------------------------------------------------------------------------------
     def dppo_state_dict(self) -> dict:

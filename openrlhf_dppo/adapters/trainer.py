@@ -320,9 +320,10 @@ class _DPPOTrainer(DPPOSteps, _PPOTrainerBase):
         )  # fmt: skip
         args = strategy.args
         packing.register()  # this actor's process plans the packing
-        self.samples_generator = DPPOSamplesGenerator.over(
-            strategy, self, self.tokenizer, vllm_engines, dppo, run.max_steps
-        )
+        self.samples_generator = DPPOSamplesGenerator(
+            strategy=strategy, prompts_dataloader=self.prompts_dataloader, eval_dataloader=self.eval_dataloader,
+            tokenizer=self.tokenizer, vllm_engines=vllm_engines, dppo=dppo, step_limit=run.max_steps,
+        )  # fmt: skip
         self.history = self.samples_generator.history
         self.max_steps: int = planned_steps(
             args, self.max_steps, len(self.prompts_dataloader.dataset), dppo, run

@@ -18,7 +18,7 @@ from dppo_pipeline import args_for, tag
 from dppo_stand_ins import rollout_batch
 
 from openrlhf_dppo.adapters import async_trainer as at
-from openrlhf_dppo.adapters.experience_maker import update_history
+from openrlhf_dppo.adapters.experience_maker import shaped_rewards, update_history
 from openrlhf_dppo.adapters.step import Rollouts, StepContext
 from openrlhf_dppo.core import DPPOConfig, PromptHistory
 
@@ -151,14 +151,16 @@ def test_the_generator_learns_a_batch_from_copies_and_the_trainer_gets_its_raw_r
     history, expected = PromptHistory(3), PromptHistory(3)
     update_history(history, samples.ctx, samples, args)
     assert all(torch.equal(s.rewards, r) for s, r in zip(samples, raw))  # untouched
-    shaped = copy.deepcopy(list(samples))
-    from openrlhf_dppo.adapters.experience_maker import shaped_rewards
-
+    shaped = Rollouts(copy.deepcopy(list(samples)), samples.ctx)
     rewards = shaped_rewards(shaped, args)
     assert not torch.equal(rewards.reshape(-1), torch.cat(raw).to(rewards.dtype))  # the penalty applied
     tokens = torch.tensor([int(s.action_mask.sum()) for s in samples]).reshape(-1, G)
     expected.update(torch.arange(3), rewards, 5, tokens)
+    # the sync maker passes the rewards it shaped in place: the same history, nothing shaped twice
+    in_place = PromptHistory(3)
+    update_history(in_place, samples.ctx, shaped, args, shaped=rewards)
     for field in ("count", "last_step", "succ", "n", "var"):
-        assert torch.equal(
-            torch.as_tensor(getattr(history, field)), torch.as_tensor(getattr(expected, field))
-        )
+        for other in (expected, in_place):
+            assert torch.equal(
+                torch.as_tensor(getattr(history, field)), torch.as_tensor(getattr(other, field))
+            )
