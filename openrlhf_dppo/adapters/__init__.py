@@ -66,7 +66,8 @@ def install(cfg, run) -> dict:
 
     cfg: the CLI's validated ``DPPOConfig``; run: ``run_dir.RunMeta`` (command line, start time, run
     directory and step limit).
-    Both are always replaced. The trainer writes the run directory. The policy actor counts what its
+    All three (the sync trainer, the async controller, the policy actor) are always replaced; the trainer
+    (sync) or training actor (async) writes the run directory. The policy actor counts what its
     micro-batches train (the accounting check's ``samples|tokens/trained``, and ``untrained``: what the
     replay buffer holds and no micro-batch trains) in both arms; with ``--dppo.enable false`` it runs
     OpenRLHF's training step unchanged and its replay buffer makes OpenRLHF's dynamic batches (under

@@ -116,6 +116,10 @@ REFUSED = {
         lambda a: a + ["--train.partial_rollout_enable"], "--train.partial_rollout_enable",
         "needs --train.async_enable",
     ),
+    "sleep-with-async": (
+        lambda a: a + ["--train.async_enable", "--train.colocate_all", "--vllm.enable_sleep"],
+        "--vllm.enable_sleep", "not with --train.async_enable",
+    ),
     "over-sampling-without-async": (
         lambda a: a + ["--dppo.enable", "false", "--rollout.vllm_generate_batch_size", "64"],
         "--rollout.vllm_generate_batch_size", "needs --train.async_enable",
