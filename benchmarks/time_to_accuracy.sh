@@ -56,7 +56,8 @@
 # train_tiny_cpu.sh's default), OUT (runs/tta; countdown: runs/tta_countdown), DF_RANGE ("0.01 0.99":
 # groups whose mean score is outside are dropped and replaced; countdown's score for dynamic filtering is
 # the 0/1 solve indicator, see openrlhf_dppo/rewards/countdown.py), PYTHON (.venv/bin/python),
-# CONTROLS (1: the controls above follow every DPPO arm; 0: none is added), LOCK (unset; when set, each run holds this flock(1) lock file, so other heavy work on a shared machine
+# CONTROLS (1: the controls above follow every DPPO arm; 0: none is added), FLAGS (train_dppo_ray flags
+# added to every arm's command alike, split on spaces, e.g. "--algo.advantage.is_correction_level token"), LOCK (unset; when set, each run holds this flock(1) lock file, so other heavy work on a shared machine
 # waits between runs, not during one), TINY (train_tiny_cpu.sh's task assets), and train_tiny_cpu.sh's
 # other settings, passed on to every arm alike (PROMPTS but to X-budget and grpo-half; POOL must then be a
 # number, not auto, so that every arm draws from one pool): PROMPTS, SAMPLES, LR (1e-3; countdown 3e-4), LR_SCHEDULER
@@ -79,6 +80,7 @@ esac
 SEEDS=${SEEDS:-1 2 3}
 ARMS=${ARMS:-grpo shrink refill df}
 read -r -a DF_RANGE <<< "${DF_RANGE:-0.01 0.99}"
+read -r -a COMMON_FLAGS <<< "${FLAGS:-}"  # every arm alike
 
 arm_env() {  # arm -> "ALGO [VAR=value ...] extra-flags...": the VAR=value words are the run's environment
   case "$1" in
@@ -134,6 +136,7 @@ split_spec() {  # words of arm_env -> ARM_ENV (VAR=value words) and ARM_FLAGS (t
   for w in "$@"; do
     if [[ "$w" =~ ^[A-Z_]+= ]]; then ARM_ENV+=("$w"); else ARM_FLAGS+=("$w"); fi
   done
+  ARM_FLAGS+=(${COMMON_FLAGS[@]+"${COMMON_FLAGS[@]}"})
 }
 STEPS=${STEPS:-150}
 arm_steps() {  # "shrink:300" -> 300, "grpo" -> STEPS

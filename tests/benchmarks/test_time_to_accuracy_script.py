@@ -22,6 +22,7 @@ def run(print_cmd: bool = True, **env: str) -> subprocess.CompletedProcess:
         not in (
             "PRINT_CMD",
             "CONTROLS",
+            "FLAGS",
             "POOL",
             "LOCK",
             "TASK",
@@ -435,3 +436,24 @@ def test_an_async_arm_is_its_arm_under_the_async_trainer_and_its_budget_control_
     assert "--train.async_enable" not in runs["grpo"] and runs["zero-share-async-budget"] == []  # read later
     res = run(SEEDS="1", ARMS="grpo grpo-async-async")
     assert res.returncode == 2 and "unknown arm 'grpo-async-async'" in res.stderr
+
+
+def test_flags_reach_every_arm_and_control_alike(tmp_path):
+    extra = ["--algo.advantage.is_correction_level", "token", "--algo.advantage.is_correction_mode", "clip"]
+    plain = {arm: cmd for arm, _, cmd in commands(SEEDS="1", ARMS="grpo zero-share-async")}
+    out = str(tmp_path / "tta")
+    ran = commands(SEEDS="1", ARMS="grpo zero-share-async", FLAGS=" ".join(extra))
+    assert [arm for arm, _, _ in ran] == ["grpo", "zero-share-async", "zero-share-async-uniform"]
+    for arm, _, cmd in ran:
+        assert cmd == plain[arm] + extra, arm
+    # the budget control, read from its DPPO arm's run, gets them too
+    run_dir = tmp_path / "tta" / "zero-share-async_s1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run_config.json").write_text(json.dumps({"args": {}, "algo": "dppo"}))
+    (run_dir / "metrics.jsonl").write_text(
+        "".join(json.dumps({"kind": "train", "step": s, "prompts/rolled_out": 40}) + "\n" for s in (1, 2))
+    )
+    env = dict(PYTHON=sys.executable, PYTHONPATH=ROOT, OUT=out, SEEDS="1", ARMS="zero-share-async")
+    budget = {arm: cmd for arm, _, cmd in commands(FLAGS=" ".join(extra), **env)}
+    assert value(budget["zero-share-async-budget"], "--rollout.batch_size") == "40"
+    assert budget["zero-share-async-budget"][-len(extra) - 1 :] == ["--train.async_enable", *extra]
