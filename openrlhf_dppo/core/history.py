@@ -1,6 +1,6 @@
 """Per-prompt history for prompt-level pruning (METHOD.md, "Level 1").
 
-A ``PromptHistory`` holds, for every dataset index seen (arrays grown on demand, 24 bytes per prompt):
+A ``PromptHistory`` holds, for every dataset index seen (arrays grown on demand, 28 bytes per prompt):
 
     count      int32    times the prompt was rolled out
     last_step  int32    the step of its last rollout (-1: never)
@@ -10,6 +10,8 @@ A ``PromptHistory`` holds, for every dataset index seen (arrays grown on demand,
                         var <- decay * var + (1 - decay) * var_group  (the first rollout sets it)
     tokens     float32  discounted mean response tokens of the prompt's groups (its generation cost),
                         the same update as var; 0: no length recorded (``update`` without ``tokens``)
+    mixed      float32  discounted number of its groups whose rewards were not all equal
+                        mixed <- decay * mixed + [max r_i != min r_i]  (n / G: its discounted groups)
 
 ``succ / n`` is the discounted mean reward (the success rate for 0/1 rewards). The success estimate is
 the mean of the discounted Beta posterior under a Beta(prior, prior) prior,
@@ -31,7 +33,11 @@ What the prompt policies (``core/prompt_policies``) read, ``signals`` (``PromptS
     (E[p^G] = prod_{i<G} (a+i)/(a+b+i) under Beta(a, b));
   any other estimator (dr_grpo, rloo, reinforce_baseline), binary rewards: E[p (1 - p)] =
     a b / ((a+b)(a+b+1)) (the squared centred rewards sum to about (G - 1) p (1 - p));
-  continuous rewards: the estimated reward variance ``var``.
+  group_norm, continuous rewards: P(the group's rewards are not all equal), the mean of the discounted
+    Beta(mixed + prior, n / G - mixed + prior) posterior of that event (std normalisation gives a mixed
+    group squared advantages summing to about G however small its spread: partial credit, e.g. 0 against
+    0.05, carries as much as a solve; the reward variance would score it near 0);
+  any other estimator, continuous rewards: the estimated reward variance ``var``.
 - ``cost``: the expected generation cost, ``tokens``; a prompt without one takes the mean over the prompts
   that have one (1 when none has: every cost alike).
 - a prompt never seen: with ``unseen="keep"`` pinned at q = 1; with ``"mean"`` it takes the mean over every
@@ -55,8 +61,9 @@ _FIELDS = {
     "n": np.float32,
     "var": np.float32,
     "tokens": np.float32,
+    "mixed": np.float32,
 }
-_STATE_VERSION = 2  # 2: + tokens (a version-1 state loads with no length recorded)
+_STATE_VERSION = 3  # 2: + tokens (a version-1 state loads with no length recorded); 3: + mixed
 
 
 def beta_moment(a: np.ndarray, b: np.ndarray, group_size: int, estimator: str = "group_norm") -> np.ndarray:
@@ -203,6 +210,7 @@ class PromptHistory:
         a["succ"][i] = d * a["succ"][i] + r.sum(axis=1)
         a["n"][i] = d * a["n"][i] + G
         a["var"][i] = np.where(first, var, d * a["var"][i] + (1.0 - d) * var)
+        a["mixed"][i] = d * a["mixed"][i] + (r.max(axis=1) != r.min(axis=1))
         if tok is not None:  # the first length recorded sets the mean
             mean, old = tok.mean(axis=1), a["tokens"][i]
             a["tokens"][i] = np.where(old == 0, mean, d * old + (1.0 - d) * mean)
@@ -254,6 +262,9 @@ class PromptHistory:
             a = np.maximum(succ, 0.0) + self.prior
             b = np.maximum(n - succ, 0.0) + self.prior
             v = beta_moment(a, b, G, estimator)
+        elif estimator == "group_norm":
+            mixed, groups = self._gather(i, "mixed"), self._gather(i, "n") / max(self.group_size, 1)
+            v = (mixed + self.prior) / (groups + 2.0 * self.prior)
         else:
             v = np.maximum(self._gather(i, "var"), 0.0)
         return torch.from_numpy(np.where(seen, v, np.inf))
@@ -314,11 +325,16 @@ class PromptHistory:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Loads this version's state and version 1's (before ``tokens``: no length recorded)."""
-        if state.get("version") not in (1, _STATE_VERSION):
+        """Loads this version's state and the earlier ones: version 1 (before ``tokens``) with no length
+        recorded; versions 1 and 2 (before ``mixed``) with every group of a prompt counted as mixed where
+        its reward variance is positive, none where it is 0 (what they recorded allows no more)."""
+        if state.get("version") not in (1, 2, _STATE_VERSION):
             raise ValueError(f"unsupported PromptHistory state version {state.get('version')!r}")
         if state["version"] == 1:
             state = {**state, "tokens": torch.zeros_like(state["count"], dtype=torch.float32)}
+        if state["version"] in (1, 2):
+            groups = state["n"].to(torch.float32) / max(int(state["group_size"]), 1)
+            state = {**state, "mixed": torch.where(state["var"] > 0, groups, torch.zeros_like(groups))}
         if state["reward_kind"] not in REWARD_KINDS:
             raise ValueError(f"unknown reward_kind {state['reward_kind']!r}")
         self.decay, self.prior = float(state["decay"]), float(state["prior"])

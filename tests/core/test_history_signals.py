@@ -43,10 +43,30 @@ def test_posterior_mean_matches_a_monte_carlo_over_beta_draws(a_succ, n, prior, 
         assert abs(float(h.moment([0], G, estimator)[0]) - v.mean()) < 4 * se, estimator
 
 
-def test_continuous_rewards_take_the_estimated_variance():
+def test_continuous_rewards_take_the_estimated_variance_outside_group_norm():
     h = PromptHistory(decay=0.0)
     h.update([0], torch.tensor([[0.5, 1.5, 1.0]]), 0)  # var(ddof=1) = 0.25
-    assert float(h.moment([0], 3)[0]) == pytest.approx(0.25)
+    for estimator in ("dr_grpo", "rloo", "reinforce_baseline"):
+        assert float(h.moment([0], 3, estimator)[0]) == pytest.approx(0.25)
+
+
+def test_group_norm_with_continuous_rewards_takes_the_posterior_chance_of_a_mixed_group():
+    # std normalisation: a group of 0 and 0.05 (partial credit) carries as much as a solve; only an
+    # all-equal group carries none, so E[v] is P(not all equal), not the reward variance
+    h = PromptHistory(decay=0.5, prior=1.0)
+    small = torch.tensor([[0.0, 0.05, 0.0, 0.0]])
+    h.update([0], small, 0)  # mixed: 1 of 1 group
+    h.update([1], torch.full((1, 4), 0.05), 0)  # all equal
+    h.update([1], small, 1)  # then mixed: mixed 0.5 * 0 + 1 = 1, groups 0.5 * 1 + 1 = 1.5
+    h.update([2], torch.zeros(1, 4), 0)
+    h.update([2], torch.zeros(1, 4), 1)  # never mixed: groups 1.5
+    v = h.moment([0, 1, 2, 9], 4)
+    assert not h.is_binary()
+    assert float(v[0]) == pytest.approx((1 + 1) / (1 + 2))
+    assert float(v[1]) == pytest.approx((1 + 1) / (1.5 + 2))
+    assert float(v[2]) == pytest.approx((0 + 1) / (1.5 + 2))
+    assert torch.isinf(v[3])  # never seen
+    assert float(v[0]) > float(v[2]) and float(h.moment([0], 4, "dr_grpo")[0]) < 0.001  # the variance's view
 
 
 def test_costs_are_a_discounted_mean_of_the_response_tokens():
@@ -115,3 +135,15 @@ def test_a_version_1_state_loads_with_no_length_recorded():
     old.load_state_dict({**state, "version": 1})
     assert torch.equal(old.score(torch.arange(40), 4), h.score(torch.arange(40), 4))
     assert torch.equal(old.cost(torch.arange(40)), torch.ones(40, dtype=torch.float64))
+
+
+def test_a_version_2_state_loads_with_a_mixed_count_from_the_reward_variance():
+    h = PromptHistory(decay=0.5)
+    h.update([0, 1], torch.tensor([[0.0, 0.05, 0.0, 0.0], [0.05, 0.05, 0.05, 0.05]]), 0)
+    h.update([0, 1], torch.tensor([[0.0, 0.05, 0.0, 0.0], [0.05, 0.05, 0.05, 0.05]]), 1)
+    state = {k: v for k, v in h.state_dict().items() if k != "mixed"}
+    old = PromptHistory()
+    old.load_state_dict({**state, "version": 2})
+    # prompt 0 was mixed every time (variance > 0): the same posterior; prompt 1 never (variance 0)
+    torch.testing.assert_close(old.moment([0, 1], 4), h.moment([0, 1], 4))
+    assert old.state_dict()["version"] == 3

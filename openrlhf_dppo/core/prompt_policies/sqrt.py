@@ -12,7 +12,9 @@ Katharopoulos & Fleuret 2018; optimal Poisson subsampling: Wang & Zou 2021). v_j
 the rollout, but the expected variance is linear in v_j, so its posterior mean E[v_j] goes under the
 root (``PromptHistory.moment``): for group_norm with binary rewards P(G samples not all equal) under the
 discounted Beta(a, b) posterior, 1 - prod_{i<G} (a+i)/(a+b+i) - prod_{i<G} (b+i)/(a+b+i); for the other
-estimators E[p (1 - p)]; for continuous rewards the estimated variance. ``proportional``'s q ~ s is this
+estimators E[p (1 - p)]; for group_norm with continuous rewards the posterior P(not all equal) from the
+prompt's count of mixed groups (its squared advantages sum to about G however small the spread); for the
+other estimators with continuous rewards the estimated variance. ``proportional``'s q ~ s is this
 rule's square: it over-skews.
 
 Budget. keep_frac * sum_j c_j over the valid prompts: the cost a uniform draw at keep_frac spends
