@@ -324,6 +324,9 @@ PRORL = [
     "--actor.eps_clip_low_high", "0.2", "0.27", "--algo.advantage.is_correction_level", "token",
     "--algo.advantage.is_correction_mode", "mask", "--algo.advantage.is_correction_threshold", "0.5", "5.0",
     "--reward.stop_properly_penalty_coef", "0.0", "--dppo.short_batch", "train",
+    # dynamic filtering draws past the batch while groups are all equal: 4 passes over the 8 prompts, cut
+    # at step 2, so that the data cannot run out before the second step (it did, 1 run in many)
+    "--train.num_episodes", "4", "--dppo.max_steps", "2",
 ]  # fmt: skip
 
 
