@@ -325,7 +325,7 @@ PRORL = [
     "--algo.advantage.is_correction_mode", "mask", "--algo.advantage.is_correction_threshold", "0.5", "5.0",
     "--reward.stop_properly_penalty_coef", "0.0", "--dppo.short_batch", "train",
     # dynamic filtering draws past the batch while groups are all equal: 4 passes over the 8 prompts, cut
-    # at step 2, so that the data cannot run out before the second step (it did, 1 run in many)
+    # at step 2, so that the data cannot run out before the second step (it did once, ending at step 1)
     "--train.num_episodes", "4", "--dppo.max_steps", "2",
 ]  # fmt: skip
 
