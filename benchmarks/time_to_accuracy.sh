@@ -17,6 +17,8 @@
 #   grpo-half  GRPO with half the prompts a step (PROMPTS / 2): the batch shrink rolls out at r_q = 0.5, a
 #            control for "is it only a smaller batch?" (compare names it a control, GRPO at DPPO's budget,
 #            comparable: it differs in its batch by design)
+#   X-sqrt   DPPO arm X under --dppo.prompt_policy sqrt (q proportional to the square root of the history's
+#            posterior mean second moment: the variance-optimal keep rule), e.g. zero-share-sqrt
 #   X-async  arm X under OpenRLHF's asynchronous trainer (--train.async_enable: the next batch is generated
 #            while the last one trains), e.g. grpo-async, zero-share-async (its -budget control is async GRPO)
 # The equal-cost controls (METHOD.md "Measuring the promise"), for any DPPO arm X above:
@@ -98,12 +100,20 @@ arm_env() {  # arm -> "ALGO [VAR=value ...] extra-flags...": the VAR=value words
     zero-share) echo "dppo MODE=custom R_O=0 --dppo.prompt_batch shrink --dppo.unseen_prompts mean" \
                      "--dppo.prompt_rate_control zero-share" ;;
     df) echo "grpo --algo.dynamic_filtering_enable --algo.dynamic_filtering_range ${DF_RANGE[*]}" ;;
+    *-sqrt)
+      local words
+      if ! words=$(arm_env "${1%-sqrt}" 2> /dev/null) || [[ "$words" != dppo* ]] \
+          || [[ "$words" == *--dppo.prompt_policy* ]]; then
+        echo "unknown arm '$1' (X-sqrt is a DPPO arm X under --dppo.prompt_policy sqrt)" >&2; return 2
+      fi
+      echo "$words --dppo.prompt_policy sqrt" ;;
     *-uniform|*-budget)
       local base=${1%-*} words
       if ! words=$(arm_env "$base" 2> /dev/null) || [[ "$words" != dppo* ]]; then
         echo "unknown arm '$1' (the controls -uniform and -budget follow a DPPO arm: shrink, refill," \
-          "shrink-unseen, refill-unseen, shrink-unseen-ro0, zero-share)" >&2; return 2
+          "shrink-unseen, refill-unseen, shrink-unseen-ro0, zero-share, or one of them under X-sqrt)" >&2; return 2
       fi
+      words=${words/ --dppo.prompt_policy sqrt/}  # X-sqrt-uniform: the uniform draw replaces the sqrt rule
       if [[ "$1" == *-uniform ]]; then echo "$words --dppo.prompt_policy uniform"
       elif [[ "$base" == *-async ]]; then echo "grpo --train.async_enable"  # an async arm's: async GRPO
       else echo "grpo"; fi ;;  # PROMPTS: X's budget, read after X's run (budget_prompts)
@@ -114,7 +124,8 @@ arm_env() {  # arm -> "ALGO [VAR=value ...] extra-flags...": the VAR=value words
       fi
       echo "$words --train.async_enable" ;;
     *) echo "unknown arm '$1' (grpo, shrink, refill, df, shrink-unseen, refill-unseen, shrink-unseen-ro0," \
-         "zero-share, grpo-half, any of them under the async trainer X-async, or a DPPO arm's control" \
+         "zero-share, grpo-half, a DPPO arm under the square-root rule X-sqrt, any of them under the async" \
+         "trainer X-async, or a DPPO arm's control" \
          "X-uniform, X-budget)" >&2; return 2 ;;
   esac
 }

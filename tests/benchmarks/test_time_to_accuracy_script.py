@@ -457,3 +457,27 @@ def test_flags_reach_every_arm_and_control_alike(tmp_path):
     budget = {arm: cmd for arm, _, cmd in commands(FLAGS=" ".join(extra), **env)}
     assert value(budget["zero-share-async-budget"], "--rollout.batch_size") == "40"
     assert budget["zero-share-async-budget"][-len(extra) - 1 :] == ["--train.async_enable", *extra]
+
+
+def test_a_sqrt_arm_is_its_dppo_arm_under_the_square_root_rule_and_its_uniform_control_drops_the_rule():
+    runs = {
+        arm: cmd for arm, _, cmd in commands(pending=True, SEEDS="1", ARMS="grpo zero-share zero-share-sqrt")
+    }
+    assert list(runs) == ["grpo", "zero-share", "zero-share-uniform", "zero-share-budget", "zero-share-sqrt",
+                          "zero-share-sqrt-uniform", "zero-share-sqrt-budget"]  # fmt: skip
+    renamed = [w.replace("/zero-share_s1", "/zero-share-sqrt_s1") for w in runs["zero-share"]]
+    assert runs["zero-share-sqrt"] == renamed + ["--dppo.prompt_policy", "sqrt"]
+    uniform = [w.replace("/zero-share_s1", "/zero-share-sqrt-uniform_s1") for w in runs["zero-share"]]
+    assert runs["zero-share-sqrt-uniform"] == uniform + ["--dppo.prompt_policy", "uniform"]  # one policy flag
+    for arms in (
+        "grpo grpo-sqrt",
+        "grpo df-sqrt",
+        "grpo zero-share-uniform-sqrt",
+        "grpo zero-share-sqrt-sqrt",
+    ):
+        res = run(SEEDS="1", ARMS=arms)
+        bad = arms.split()[1]
+        assert res.returncode == 2 and f"unknown arm '{bad}'" in res.stderr and res.stdout == "", (
+            arms,
+            res.stderr,
+        )
