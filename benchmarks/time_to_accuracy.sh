@@ -30,7 +30,8 @@
 #            X's seeds: the runs stay interleaved, and each control spends what the run it controls spent
 #            (its batch may differ by a prompt between seeds; compare matches it to X by the mean)
 # Every sitting runs them: each DPPO arm in ARMS that is not a control is followed, in every seed, by its
-# X-uniform and X-budget (with X's step count) unless ARMS names them itself (X-budget after X) or
+# X-uniform and X-budget (with X's step count; X-sqrt by X-uniform, run once, and X-sqrt-budget) unless
+# ARMS names them itself (X-budget after X) or
 # CONTROLS=0 (then compare's column "vs the same budget, chosen at random" says "no control run"). The
 # recorded commands of sittings before the controls ran without them: CONTROLS=0 repeats them exactly.
 # Every DPPO arm runs train_tiny_cpu.sh with MODE=custom (its flags as written here; zero-share is what
@@ -109,11 +110,12 @@ arm_env() {  # arm -> "ALGO [VAR=value ...] extra-flags...": the VAR=value words
       echo "$words --dppo.prompt_policy sqrt" ;;
     *-uniform|*-budget)
       local base=${1%-*} words
-      if ! words=$(arm_env "$base" 2> /dev/null) || [[ "$words" != dppo* ]]; then
+      if ! words=$(arm_env "$base" 2> /dev/null) || [[ "$words" != dppo* ]] \
+          || [[ "$1" == *-uniform && "$words" == *--dppo.prompt_policy* ]]; then
         echo "unknown arm '$1' (the controls -uniform and -budget follow a DPPO arm: shrink, refill," \
-          "shrink-unseen, refill-unseen, shrink-unseen-ro0, zero-share, or one of them under X-sqrt)" >&2; return 2
+          "shrink-unseen, refill-unseen, shrink-unseen-ro0, zero-share; X-sqrt's uniform control is" \
+          "X-uniform)" >&2; return 2
       fi
-      words=${words/ --dppo.prompt_policy sqrt/}  # X-sqrt-uniform: the uniform draw replaces the sqrt rule
       if [[ "$1" == *-uniform ]]; then echo "$words --dppo.prompt_policy uniform"
       elif [[ "$base" == *-async ]]; then echo "grpo --train.async_enable"  # an async arm's: async GRPO
       else echo "grpo"; fi ;;  # PROMPTS: X's budget, read after X's run (budget_prompts)
@@ -177,8 +179,10 @@ for spec in $ARMS; do
   LISTED+=" $spec"
   if [ "${CONTROLS:-1}" = 1 ] && ! is_control "$arm" && is_dppo "$arm"; then
     steps=${spec#"$arm"}  # ":300" or empty: a control runs X's steps
-    for control in "$arm-uniform" "$arm-budget"; do
-      if [[ "$NAMED" != *" $control "* ]]; then LISTED+=" $control$steps"; fi
+    for control in "${arm%-sqrt}-uniform" "$arm-budget"; do  # X-sqrt's uniform draw is X's: one run
+      if [[ "$NAMED" != *" $control "* && " $LISTED " != *" $control "* && " $LISTED " != *" $control:"* ]]; then
+        LISTED+=" $control$steps"
+      fi
     done
   fi
 done

@@ -459,21 +459,23 @@ def test_flags_reach_every_arm_and_control_alike(tmp_path):
     assert budget["zero-share-async-budget"][-len(extra) - 1 :] == ["--train.async_enable", *extra]
 
 
-def test_a_sqrt_arm_is_its_dppo_arm_under_the_square_root_rule_and_its_uniform_control_drops_the_rule():
+def test_a_sqrt_arm_is_its_dppo_arm_under_the_square_root_rule_and_shares_its_uniform_control():
     runs = {
         arm: cmd for arm, _, cmd in commands(pending=True, SEEDS="1", ARMS="grpo zero-share zero-share-sqrt")
     }
+    # the uniform draw is the same run for zero-share and zero-share-sqrt: it runs once
     assert list(runs) == ["grpo", "zero-share", "zero-share-uniform", "zero-share-budget", "zero-share-sqrt",
-                          "zero-share-sqrt-uniform", "zero-share-sqrt-budget"]  # fmt: skip
+                          "zero-share-sqrt-budget"]  # fmt: skip
     renamed = [w.replace("/zero-share_s1", "/zero-share-sqrt_s1") for w in runs["zero-share"]]
     assert runs["zero-share-sqrt"] == renamed + ["--dppo.prompt_policy", "sqrt"]
-    uniform = [w.replace("/zero-share_s1", "/zero-share-sqrt-uniform_s1") for w in runs["zero-share"]]
-    assert runs["zero-share-sqrt-uniform"] == uniform + ["--dppo.prompt_policy", "uniform"]  # one policy flag
+    alone = [arm for arm, _, _ in commands(pending=True, SEEDS="1", ARMS="grpo zero-share-sqrt:50")]
+    assert alone == ["grpo", "zero-share-sqrt", "zero-share-uniform", "zero-share-sqrt-budget"]
     for arms in (
         "grpo grpo-sqrt",
         "grpo df-sqrt",
         "grpo zero-share-uniform-sqrt",
         "grpo zero-share-sqrt-sqrt",
+        "grpo zero-share-sqrt-uniform",
     ):
         res = run(SEEDS="1", ARMS=arms)
         bad = arms.split()[1]
