@@ -104,12 +104,14 @@ def isa_caps() -> dict[str, str]:
 
 
 def _user() -> str:
+    """The user part of Inductor's folder names, as torch names its default folder: the login name, or
+    ``uid_<N>`` where getpass finds none (a uid with no passwd entry, in a container)."""
     import getpass
 
     try:
         return getpass.getuser()
-    except (KeyError, OSError):
-        return "user"
+    except (KeyError, ModuleNotFoundError, OSError):
+        return f"uid_{os.getuid()}"
 
 
 def torch_default_folder() -> str:

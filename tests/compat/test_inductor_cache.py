@@ -96,6 +96,25 @@ def test_torchs_default_folder_in_the_variable_is_no_choice_of_the_users(tmp_pat
     assert precision.separate_inductor_cache(env) == precision.inductor_cache_folder() != default
 
 
+def test_without_a_user_name_torchs_default_folder_is_still_recognised(tmp_path, monkeypatch):
+    # where getpass finds no name (a uid with no passwd entry, in a container) torch names its default
+    # folder torchinductor_uid_<N>; ours must be the same name, or that folder passes for the user's choice
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    def no_name():
+        raise KeyError("getpwuid(): uid not found")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(getpass, "getuser", no_name)
+    torchs = default_cache_dir()
+    assert torchs == str(tmp_path / f"torchinductor_uid_{os.getuid()}")
+    assert precision.torch_default_folder() == torchs
+    env = {INDUCTOR_CACHE: torchs}
+    mine = precision.separate_inductor_cache(env)
+    assert mine == precision.inductor_cache_folder() != torchs
+    assert os.path.basename(mine).startswith(f"torchinductor_uid_{os.getuid()}_env-")
+
+
 def test_a_child_under_a_cap_chooses_its_own_folder_again(tmp_path, monkeypatch):
     # the tiny build's pinned child inherits the parent's environment plus ATEN_CPU_CAPABILITY=avx2
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
