@@ -1,5 +1,7 @@
-"""The README leads and stays short; its results table is the "Current results" table of
-benchmarks/RESULTS.md, whose rows link the sections behind them."""
+"""What a reader of the README relies on: its first screen shows the command the project is about, the
+CPU demo and the test command, and an honest status; every command it gives exists; its results table is
+the "Current results" table of benchmarks/RESULTS.md, whose rows link the sections behind them; the flags
+DPPO refuses are the ones it lists."""
 
 from __future__ import annotations
 
@@ -43,11 +45,33 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_the_readme_is_at_most_1500_words_and_opens_with_the_paper():
+def test_the_first_screen_shows_the_recipe_the_demo_the_tests_and_the_status():
     assert _words(README) <= 1500, f"README.md has {_words(README)} words (at most 1,500)"
-    first_screen = "\n".join(README.splitlines()[:25])
-    assert "https://arxiv.org/abs/2603.04135" in first_screen
+    first_screen = "\n".join(README.splitlines()[:60])
+    for command in ("bash examples/scripts/train_dppo_qwen3.sh", "make demo", "make test"):
+        assert re.search(rf"^{re.escape(command)}\b", first_screen, re.M), command
+    assert "https://arxiv.org/abs/2603.04135" in first_screen and "docs/METHOD.md" in first_screen
     assert "No GPU run exists yet" in first_screen and "2.37x" in first_screen
+
+
+def test_every_command_of_the_readme_exists():
+    """Each ``bash FILE``, ``python -m openrlhf_dppo...``, ``openrlhf-dppo SUBCOMMAND`` and ``make TARGET``
+    in the README's code blocks names a script, a module, a subcommand or a Makefile target that exists."""
+    blocks = "\n".join(re.findall(r"```(?:bash|diff)?\n(.*?)```", README, re.S))
+    scripts = re.findall(r"\bbash ([\w./-]+\.(?:sh|sbatch))", blocks)
+    scripts += re.findall(r"\bsbatch .*?([\w./-]+\.sbatch)", blocks, re.S)
+    modules = re.findall(r"python -m (openrlhf_dppo[\w.]*)", blocks)
+    subcommands = re.findall(r"^openrlhf-dppo (\w+)", blocks, re.M)
+    targets = re.findall(r"^make ([\w-]+)", blocks, re.M)
+    assert scripts and modules and targets and subcommands
+    assert all((ROOT / s).is_file() for s in scripts), scripts
+    for module in modules:
+        path = ROOT / module.replace(".", "/")
+        assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), module
+    dispatcher = (ROOT / "openrlhf_dppo" / "cli" / "main.py").read_text()
+    assert all(f'"{s}": (' in dispatcher for s in subcommands), subcommands
+    makefile = (ROOT / "Makefile").read_text()
+    assert all(re.search(rf"^{t}:", makefile, re.M) for t in targets), targets
 
 
 def test_the_readme_names_the_demo_and_the_test_command_ci_runs():
@@ -57,10 +81,10 @@ def test_the_readme_names_the_demo_and_the_test_command_ci_runs():
     assert {"demo", "test", "setup-gpu", "test-unit", "test-e2e"} <= targets
 
 
-def test_results_opens_with_a_dated_current_results_section_of_at_most_200_words():
+def test_results_opens_with_a_dated_current_results_section_and_reads_in_five_minutes():
     section = _current_results()
     assert RESULTS.index(section) == RESULTS.index("\n## ") + 1, "Current results is not the first section"
-    assert _words(section) <= 200, f"Current results has {_words(section)} words (at most 200)"
+    assert _words(RESULTS) <= 6000, f"benchmarks/RESULTS.md has {_words(RESULTS)} words (at most 6,000)"
 
 
 def test_every_current_result_links_a_section_of_results_that_exists():
@@ -147,7 +171,7 @@ def test_the_status_says_which_sitting_ended_below_grpo():
     assert "level with GRPO on both" not in status
 
 
-def test_the_check_flag_is_described_alike_and_as_the_script_does(tmp_path):
+def test_the_check_flag_is_described_as_the_script_does(tmp_path):
     import os
     import subprocess
     import sys
@@ -155,9 +179,10 @@ def test_the_check_flag_is_described_alike_and_as_the_script_does(tmp_path):
     quickstart = (ROOT / "docs" / "GPU_QUICKSTART.md").read_text(encoding="utf-8")
     for name, text in (("README.md", README), ("docs/GPU_QUICKSTART.md", quickstart)):
         said = " ".join(text.split())
+        if "--check" not in said:
+            continue
         assert "`--check` checks the build toolchain" in said, name
         assert "once torch is installed (step 1)" in said and "before it builds flash-attn" in said, name
-    assert "--check tests the node first" not in README
     # the script: without torch, --check stops and names step 1 ...
     fake = tmp_path / "torch"
     fake.mkdir()
@@ -181,14 +206,3 @@ def test_compare_is_introduced_with_the_eval_flag_its_accuracy_needs():
     quoted = re.search(r'compare warns "([^"]+)"', section).group(1)
     checks = (ROOT / "openrlhf_dppo" / "report" / "checks.py").read_text(encoding="utf-8")
     assert f'"{quoted} in "' in checks  # the warning compare prints for a run without evaluations
-
-
-def test_the_readme_says_what_rollout_batch_size_counts_under_dppo():
-    from openrlhf_dppo.core.config import DPPOConfig
-
-    swap = " ".join(_section("Swap your GRPO command").split())
-    assert "under DPPO `--rollout.batch_size` counts the prompts drawn a step, pruned ones included" in swap
-    assert "`--dppo.prompt_batch refill` draws more" in swap
-    shrink = DPPOConfig(prompt_prune_rate=0.5)
-    refill = DPPOConfig(prompt_prune_rate=0.5, prompt_batch="refill", sampling="systematic")
-    assert shrink.prompts_drawn(128) == 128 < refill.prompts_drawn(128)
