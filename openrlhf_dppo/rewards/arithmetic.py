@@ -4,11 +4,14 @@ Pass the file itself to OpenRLHF: ``--reward.remote_url openrlhf_dppo/rewards/ar
 (``openrlhf/utils/agent.py``) loads it with ``spec_from_file_location`` and calls
 ``reward_func(queries, prompts, labels)`` where each query is the decoded prompt + completion
 (special tokens kept). The reward is 1.0 when the completion is exactly the label followed by the end
-of sequence, else 0.0 (binary: DPPO's prompt score uses the binary-reward form). Self-contained: no
-imports beyond torch, so the file loads in any process.
+of sequence, else 0.0 (binary: DPPO's prompt score uses the binary-reward form). A label that is not a
+sum in digits (another task's dataset, or no ``--data.label_key``) raises a ValueError that names the
+field. Self-contained: no imports beyond the standard library and torch, so the file loads in any process.
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 
@@ -20,12 +23,29 @@ def completion_of(query: str, prompt: str) -> str:
     return query[len(prompt) :] if query.startswith(prompt) else query.rsplit("=", 1)[-1]
 
 
-def score(completion: str, label: str) -> float:
+def expected(label) -> str:
+    """The answer a label asks for: the sum in digits (``"17"`` for ``12+5=``, as ``openrlhf_dppo.tiny``
+    writes it; a number is taken as its digits). Any other label is refused with a ValueError: an empty
+    one (OpenRLHF's label without ``--data.label_key``) would score an empty answer 1.0, and another
+    task's answer would score every completion 0 without a word."""
+    text = str(label).strip()
+    if not re.fullmatch(r"-?[0-9]+", text):
+        shown = label if not isinstance(label, str) or len(label) <= 80 else label[:77] + "..."
+        raise ValueError(
+            f"arithmetic reward: the label {shown!r} is not a sum in digits. The label (the dataset field "
+            'that --data.label_key names) must be the answer in digits, as openrlhf_dppo.tiny writes it ("17" '
+            'for the prompt "12+5=")'
+        )
+    return text
+
+
+def score(completion: str, label) -> float:
     """1.0 iff the completion is ``label`` then ``<eos>`` (surrounding spaces ignored)."""
+    want = expected(label)
     if EOS not in completion:
         return 0.0  # truncated: no answer was committed
     answer = completion.split(EOS, 1)[0].strip()
-    return 1.0 if answer == str(label).strip() else 0.0
+    return 1.0 if answer == want else 0.0
 
 
 def reward_func(queries, prompts, labels):

@@ -19,7 +19,9 @@ operator, so no right answer is lost.
 Returned: ``rewards`` = the score (partial credit makes it continuous: DPPO's prompt score uses its
 continuous form under ``--dppo.reward_kind auto``); ``scores`` and ``extra_logs["accuracy"]`` = 1.0 for
 a solved problem else 0.0 (what dynamic filtering sees, as DAPO filters on accuracy). Held-out
-``eval_*_pass1`` is OpenRLHF's mean of ``rewards``, i.e. the mean score, not the solve rate.
+``eval_*_pass1`` is OpenRLHF's mean of ``rewards``, i.e. the mean score, not the solve rate. A label
+that is not a countdown problem (another task's dataset, or no ``--data.label_key``) raises a
+ValueError that names the field and the format (``entry``).
 """
 
 from __future__ import annotations
@@ -61,9 +63,35 @@ def extract_answer(completion: str) -> str | None:
     return answer
 
 
+LABEL_FORMAT = '{"numbers": [...], "target": T}'
+
+
 def entry(label: str) -> dict:
-    """The scorer's entry from a dataset label ``'{"numbers": [...], "target": T}'``."""
-    return {"metadata": json.loads(label)}
+    """The scorer's entry from a dataset label ``'{"numbers": [...], "target": T}'`` (whole numbers, as
+    ``openrlhf_dppo.tiny.countdown`` writes it). Any other label is refused with a ValueError: the scorer
+    would score every answer against it as wrong without a word (or, for text that is not JSON, fail
+    with a bare JSONDecodeError)."""
+    try:
+        problem = json.loads(label) if isinstance(label, str) else None
+    except ValueError:
+        problem = None
+
+    def whole(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    if (
+        not isinstance(problem, dict)
+        or not isinstance(problem.get("numbers"), list)
+        or not all(map(whole, problem["numbers"]))
+        or not whole(problem.get("target"))
+    ):
+        shown = label if not isinstance(label, str) or len(label) <= 80 else label[:77] + "..."
+        raise ValueError(
+            f"countdown reward: the label {shown!r} is not a countdown problem. The label (the dataset "
+            f"field that --data.label_key names) must be the JSON {LABEL_FORMAT} with whole numbers, as "
+            "openrlhf_dppo.tiny.countdown writes it; for MATH-style answers use rewards/math_reward.py"
+        )
+    return {"metadata": problem}
 
 
 def score(completion: str, label: str) -> float:

@@ -13,8 +13,10 @@ What a sample is worth:
    response tail, where math-verify looks for "final answer is ..." and the last expression.
 3. math-verify parses the region and the label (``$label$``) and compares them; the reward is
    ``(1 - w) * correct + w * boxed`` with the format weight ``w`` = 0 by default (a pure 1/0 reward).
-4. Nothing raises: empty, enormous, unbalanced or non-UTF-8 text, a label that does not parse, a
-   comparison that runs too long all give 0, and the reason is counted in ``extra_logs``
+4. Nothing raises: empty, enormous, unbalanced or non-UTF-8 text, a label that does not parse or is a
+   JSON object (another task's dataset, e.g. countdown's, whose numbers math-verify would otherwise
+   compare), an empty label (OpenRLHF's without ``--data.label_key``), a comparison that runs too long
+   all give 0, and the reason is counted in ``extra_logs``
    (``math/reason_<reason>``, one key per reason in ``REASONS``, always all present).
 
 Time per sample is bounded. math-verify's own timeouts use ``signal.alarm``, which works only on the
@@ -84,6 +86,16 @@ def as_text(x) -> str | None:
     if isinstance(x, str):
         return x.encode("utf-8", errors="replace").decode("utf-8")
     return None
+
+
+def _json_object(text: str) -> bool:
+    """True for a JSON object (``{"key": ...}``): no math answer is one."""
+    if not text.startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def response_text(query: str, prompt: str | None) -> str:
@@ -262,7 +274,7 @@ class MathReward:
         if text is None or gold is None:
             return "bad_input", False
         gold = gold.strip()
-        if not gold:
+        if not gold or _json_object(gold):
             return "bad_label", False
         if not text.strip():
             return "empty", False

@@ -100,3 +100,22 @@ def test_answers_outside_the_arithmetic_alphabet_never_reach_the_scorer(reward, 
 def test_rewards_are_a_float_tensor_per_query(reward, items):
     out = _call(reward, [(items[0]["answer"], items[0]), ("1", items[1])])
     assert out["rewards"].dtype == torch.float32 and out["rewards"].shape == (2,)
+
+
+@pytest.mark.parametrize(
+    "label",
+    [
+        r"\frac{1}{2}",  # a MATH answer
+        "",  # no --data.label_key: OpenRLHF passes ""
+        "17",  # the arithmetic task's
+        '{"numbers": [4, 7, 3]}',  # no target
+        '{"numbers": [4, "7"], "target": 25}',
+        "[4, 7, 3, 25]",
+    ],
+)
+def test_a_label_that_is_not_a_countdown_problem_is_refused_naming_the_field_and_the_format(reward, label):
+    with pytest.raises(ValueError) as err:
+        reward.reward_func(["4+7=11;(4*7)-3<eos>"], [""], [label])
+    message = str(err.value)
+    assert type(err.value) is ValueError and repr(label) in message, message
+    assert "--data.label_key" in message and '{"numbers": [...], "target": T}' in message, message
