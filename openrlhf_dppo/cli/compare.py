@@ -2,19 +2,16 @@
 
     openrlhf-dppo compare RUN_GRPO RUN_DPPO                      # one run per arm, the first the baseline
     openrlhf-dppo compare --baseline 'runs/grpo_s*' 'runs/dppo_s*' [--out DIR]
-    openrlhf-dppo compare --arm grpo='runs/grpo_s*' --arm shrink='runs/shrink_s*' \
-        --arm refill='runs/refill_s*' --arm grpo+df='runs/df_s*' --baseline grpo --out DIR
+    openrlhf-dppo compare --arm grpo='runs/grpo_s*' --arm dppo='runs/dppo_s*' \
+        --arm uniform='runs/uniform_s*' --arm grpo+df='runs/df_s*' --baseline grpo --out DIR
 
-Reads each run directory (``openrlhf_dppo.run_dir``), groups the runs into arms (``--arm NAME=GLOB``,
-or by config: runs that differ only in their seeds are one arm), prints a summary table of about 100
-columns (``--tables``: every table of report.md; ``--lossless``, ``--at-time``, ``--curve-noise``: the
-analyses of ``report.lossless``, ``report.at_time`` and ``report.curve_noise`` on the same arms), the
-warnings of ``report.checks`` (runs that stopped early or are partial, too few eval points for the smoothing
-window, eval datasets not all runs share, configs or precisions that make arms not comparable, other
-machines, curves at the target from their first point, speedups above the ideal) and the summary,
-and, with ``--out DIR``, writes DIR/report.md and PNG plots. Globs are expanded here too, so they may be quoted. Needs
-only the standard library, rich (tables) and matplotlib (plots): no torch, no OpenRLHF. Exit status: 0
-on success, 2 when a run directory cannot be read or the arguments are inconsistent (the message says why).
+Reads each run directory (``openrlhf_dppo.run_dir``), groups the runs into arms (``--arm NAME=GLOB``, or
+by config: runs that differ only in their seeds are one arm), prints a summary table of about 100
+columns (``--tables``: every table of report.md), the warnings of ``report.checks`` and one sentence per
+arm, and with ``--out DIR`` writes DIR/report.md and PNG plots. Globs are expanded here too, so they may
+be quoted. Needs only the standard library, rich (tables) and matplotlib (plots): no torch, no OpenRLHF.
+Exit status: 0 on success, 2 when a run directory cannot be read or the arguments are inconsistent (the
+message says why).
 """
 
 from __future__ import annotations
@@ -96,31 +93,6 @@ def build_parser(prog: str = "openrlhf-dppo compare") -> argparse.ArgumentParser
         "--out", default=None, metavar="DIR", help="write report.md and PNG plots into this directory"
     )
     parser.add_argument(
-        "--lossless",
-        action="store_true",
-        help="also every arm's share of groups without gradient and its lossless limit, per seed and half "
-        "(report.lossless)",
-    )
-    parser.add_argument(
-        "--at-time",
-        type=float,
-        nargs="+",
-        default=None,
-        metavar="FRAC",
-        help="also every arm's held-out accuracy at these fractions of the baseline's mean training time "
-        "(report.at_time; e.g. 0.25 0.5 1.0)",
-    )
-    parser.add_argument(
-        "--curve-noise",
-        type=float,
-        nargs="?",
-        const=0.5,
-        default=None,
-        metavar="FROM_FRAC",
-        help="also how much held-out accuracy moves between evals from this fraction of each run's last step "
-        "on (report.curve_noise; default 0.5)",
-    )
-    parser.add_argument(
         "--tables",
         action="store_true",
         help="print report.md's full tables in the console too (about 200 columns wide); without it the "
@@ -147,40 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     from openrlhf_dppo.report.render import render_terminal, write_report
 
     render_terminal(report, tables=args.tables)
-    extra = more_tables(report, args)
-    for lines in extra:
-        print("\n" + "\n".join(lines))
     if args.out:
-        path = write_report(report, args.out)
-        if extra:
-            with open(path, "a", encoding="utf-8") as fh:
-                fh.write("\n## More analyses\n\n" + "\n\n".join("\n".join(lines) for lines in extra) + "\n")
-        print(f"report written to {path}")
+        print(f"report written to {write_report(report, args.out)}")
     return 0
-
-
-def more_tables(report, args: argparse.Namespace) -> list[list[str]]:
-    """The tables of --lossless, --at-time and --curve-noise (each a list of markdown lines, the same as
-    ``python -m openrlhf_dppo.report.<module>`` prints); a table the runs cannot give is one line saying why."""
-    from openrlhf_dppo.report import at_time, curve_noise, lossless
-
-    out = []
-    if args.lossless:
-        try:
-            out.append(lossless.arm_table(report, args.warmup)[1])
-        except ValueError as err:
-            out.append([f"lossless limit: not told ({err})"])
-    if args.at_time:
-        out.append(at_time.at_time_table(report, args.at_time, args.eval_window)[1])
-    if args.curve_noise is not None:
-        if not 0.0 <= args.curve_noise < 1.0:
-            out.append([f"curve noise: --curve-noise must be in [0, 1), got {args.curve_noise}"])
-        else:
-            try:
-                out.append(curve_noise.noise_table(report, args.curve_noise)[1])
-            except ValueError as err:
-                out.append([f"curve noise: not told ({err})"])
-    return out
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Can these numbers be compared? The one set of checks behind ``openrlhf-dppo compare`` and its
-analyses (``report.at_time``, ``report.lossless``, ``report.curve_noise``: all build their numbers with
-``report.arms.build_report``, which calls these). Each check returns plain sentences, the report's warnings:
+"""Can these numbers be compared? The one set of checks behind ``openrlhf-dppo compare`` (and anything
+else that builds its numbers with ``report.arms.build_report``, which calls these). Each check returns
+plain sentences, the report's warnings:
 
 1. **Run state** (status.json): a run in progress or ended other than "finished" has partial numbers;
    a "finished" run that stopped early -- the ``reason`` the trainer writes (e.g. the prompts ran out

@@ -1,19 +1,16 @@
 """From command-line run specs to a built report: run directories or globs, ``--arm NAME=GLOB`` and the
-baseline -> :class:`report.Report` (``load_report``). The one path shared by ``openrlhf-dppo compare``,
-``openrlhf-dppo advise`` and the run-directory analyses of ``report.lossless``, ``report.at_time`` and
-``report.curve_noise``. Standard library only (no torch, no host).
+baseline -> :class:`report.Report` (``load_report``), the one path from a command line to compare's
+numbers and their checks. Standard library only (no torch, no host).
 """
 
 from __future__ import annotations
 
-import argparse
 import glob
 from pathlib import Path
-from typing import Any, Callable
 
 from openrlhf_dppo.report.arms import build_report
 from openrlhf_dppo.report.model import Report
-from openrlhf_dppo.report.run import RunDirError, load_run, run_names
+from openrlhf_dppo.report.run import load_run, run_names
 from openrlhf_dppo.report.summary import Settings
 
 GLOB_CHARS = set("*?[")
@@ -68,9 +65,8 @@ def collect(
 
 
 def load_report(runs: list[str], arm_specs: list[str], baseline: str | None, settings: Settings) -> Report:
-    """Read the run directories (paths or globs, and ``--arm NAME=GLOB`` specs) and build the report:
-    the one path from the command line to the numbers and their checks (``report.checks``), shared
-    with advise and the analyses of ``report.lossless``, ``report.at_time`` and ``report.curve_noise``. Raises RunDirError or ValueError with the reason."""
+    """Read the run directories (paths or globs, and ``--arm NAME=GLOB`` specs) and build the report with
+    its checks (``report.checks``). Raises RunDirError or ValueError with the reason."""
     paths, arm_of, baseline = collect(runs, arm_specs, baseline)
     loaded = [load_run(path, name) for path, name in zip(paths, run_names(list(paths)))]
     arms = {
@@ -81,24 +77,3 @@ def load_report(runs: list[str], arm_specs: list[str], baseline: str | None, set
     if baseline is not None and baseline in paths:
         baseline = loaded[paths.index(baseline)].name
     return build_report(loaded, settings, baseline=baseline, arms=arms)
-
-
-def print_analysis(
-    ap: argparse.ArgumentParser,
-    make_report: Callable[[], Report],
-    make_table: Callable[[Report], tuple[list[dict], list[str]]],
-) -> list[Any]:
-    """The command-line tail the run-directory analyses share: build the report, then the table, each
-    error a usage error of ``ap``; print the table's lines and the report's warnings; return the rows."""
-    try:
-        report = make_report()
-    except (RunDirError, ValueError) as err:
-        ap.error(str(err))
-    try:
-        rows, lines = make_table(report)
-    except ValueError as err:
-        ap.error(str(err))
-    print("\n".join(lines))
-    for warning in report.warnings:
-        print(f"warning: {warning}")
-    return rows

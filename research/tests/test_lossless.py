@@ -1,4 +1,4 @@
-"""report.lossless (``python benchmarks/lossless_limit.py``) on hand-made run directories (the heldout_at_time tests' own maker, with
+"""research.lossless on hand-made run directories (test_at_time.py's maker, with
 the equal-reward share and step times written into the train lines): the time-weighted ratio by hand,
 the halves, the spread over seeds, and bad input."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from openrlhf_dppo.report import lossless as lossless_limit
+from research import lossless as lossless_limit
 
 _spec = importlib.util.spec_from_file_location("_hat_tests_ll", Path(__file__).with_name("test_at_time.py"))
 _hat_tests = importlib.util.module_from_spec(_spec)

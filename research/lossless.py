@@ -1,35 +1,21 @@
-"""The lossless limit of pruning on a task: how much of a GRPO batch has no policy gradient at all, and
-the training time an oracle that skipped exactly that part would need.
+"""The lossless limit of pruning per arm: the share of each drawn batch's groups whose G rewards are all
+equal, and the training time an oracle that skipped exactly those groups would need.
 
-    python -m openrlhf_dppo.report.lossless --arm grpo='runs/x/grpo_s*' [--arm dppo='runs/x/dppo_s*'] \
-        [--warmup 1]
+    python -m research.lossless --arm grpo='runs/x/grpo_s*' [--arm dppo='runs/x/dppo_s*'] [--warmup 1]
 
-A group whose G rewards are all equal has advantage 0 for every completion under a group estimator
-(GRPO's), so with no KL or entropy term it adds nothing to the step's gradient. Those are the only
-completions any pruning can skip and leave GRPO's gradient exactly as it was. An oracle that knew
-them before rollout would roll out and train only the rest: in compare's model of a step (the ideal
-ratio g (f + (1 - f)(1 - r_o)), with g its rolled-out share and r_o = 0), its step i costs
-(1 - u_i) of GRPO's, u_i the step's share of all-equal groups. Over a run whose steps take T_i:
+A group whose rewards are all equal has advantage 0 under a group estimator, so without a KL or entropy
+term it adds nothing to the step's gradient: it is the only part of a batch that pruning can skip and
+leave GRPO's gradient exactly as it was. An oracle that rolled out and trained only the rest would take
+(1 - u_i) of step i (compare's step model with rolled-out share 1 - u_i and no completion pruning):
 
-    lossless time ratio = sum_i T_i (1 - u_i) / sum_i T_i      (the oracle's time / GRPO's)
+    lossless time ratio = sum_i T_i (1 - u_i) / sum_i T_i      (``report.speedup.lossless_time_ratio``)
 
-A pruner that keeps GRPO's gradient exactly needs at least this fraction of GRPO's training time. A
-faster one drops groups that carry gradient; whether it then learns less per step depends on the task
-(benchmarks/RESULTS.md, "The lossless limit").
-
-u_i is ``rollout/equal_reward_frac_ht`` (the Horvitz-Thompson estimate of the DRAWN batch's share; for
-GRPO exactly the rolled-out share), logged by every run since the metric was added; T_i is the run's own
-``timing/step_total``. The steps after ``--warmup`` enter (compare's warm-up). For an arm other than
-GRPO the share is that of the batches it drew (its own policy's), and T_i its own step times: read the
-GRPO arm's row for the task's limit. The rolled-out share (``rollout/equal_reward_frac``, the groups
-the arm actually rolled out) below the drawn batch's estimate is what an arm's prompt selection avoided;
-for GRPO the two are the same. Per arm: mean ± sd and range over seeds; the shares of the first
-and second half of each run's steps show how the share moves as the policy learns.
-
-It reads the runs through compare's own path (``report.load.load_report``): the same arm
-specs and globs, and the same comparability warnings, printed under the table. compare's step-time table
-gives the baseline's limit as "lossless limit (baseline)" (the same ``lossless_time_ratio``); this
-adds every arm's, each seed's spread and the two halves of each run.
+u_i is ``rollout/equal_reward_frac_ht`` (the Horvitz-Thompson estimate of the drawn batch's share; for
+GRPO the rolled-out share itself), T_i the run's ``timing/step_total``, over the steps after ``--warmup``.
+For an arm that prunes, the share is of the batches its own policy drew; the rolled-out share
+(``rollout/equal_reward_frac``) below it is what its prompt selection avoided. Per arm: mean ± sd and range
+over seeds, and the share over the first and the second half of each run's steps. The runs are read
+through compare's path (``report.load.load_report``), whose warnings are printed under the table.
 """
 
 from __future__ import annotations
@@ -40,10 +26,11 @@ import sys
 from typing import Any
 
 from openrlhf_dppo import run_dir as R
-from openrlhf_dppo.report.load import load_report, print_analysis
+from openrlhf_dppo.report.load import load_report
 from openrlhf_dppo.report.model import Report
 from openrlhf_dppo.report.speedup import after_warmup
 from openrlhf_dppo.report.summary import Settings
+from research.common import print_analysis
 
 
 def run_limit(member, warmup: int) -> dict[str, Any] | None:
@@ -110,8 +97,8 @@ def arm_table(report: Report, warmup: int) -> tuple[list[dict[str, Any]], list[s
     return rows, lines
 
 
-def main(argv=None, prog: str | None = None) -> list[dict[str, Any]]:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+def main(argv=None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(prog="python -m research.lossless", description=__doc__.split("\n\n")[0])
     ap.add_argument("--arm", action="append", required=True, metavar="NAME=GLOB", help="an arm's runs")
     ap.add_argument("--warmup", type=int, default=1, help="leading steps left out (compare's --warmup)")
     args = ap.parse_args(argv)

@@ -1,4 +1,4 @@
-"""report.at_time (``python benchmarks/heldout_at_time.py``): held-out accuracy read at equal training time, censored past a run's
+"""research.at_time: held-out accuracy read at equal training time, censored past a run's
 end, through compare's own path (the same arms, curves, shared datasets and comparability warnings)."""
 
 import contextlib
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from openrlhf_dppo.report import at_time as hat
+from research import at_time as hat
 
 
 def test_value_at_interpolates_and_is_none_outside_the_curve():

@@ -1,19 +1,14 @@
-"""How much a run's held-out accuracy moves between evaluations late in training, against what the
-evaluation's own sampling noise explains.
+"""How much a run's held-out accuracy moves between evaluations late in training, against the standard
+error of the evaluated prompt set.
 
-    python -m openrlhf_dppo.report.curve_noise --arm grpo='runs/tta2/grpo_s*' --arm refill='runs/tta2/refill_s*' \
-        [--from-frac 0.5] [--heldout DATASET]
+    python -m research.curve_noise --arm grpo='runs/tta/grpo_s*' [--from-frac 0.5] [--heldout DATASET]
 
 Per run, over the evaluations at or after ``--from-frac`` of its last evaluated step: the mean accuracy
-p, its standard deviation, the mean absolute change between consecutive evaluations, and the standard
-error a fixed policy would show, sqrt(p (1 - p) / n) with n the evaluated samples. A greedy evaluation of
-a fixed set has no sampling noise at all (the same prompts, argmax decoding), so that SE is the noise of
-the prompt SET, not of re-evaluating it: an sd well above it means the policy itself moves from one
-evaluation to the next. Per arm: the mean and the range over seeds.
-
-It reads the runs through compare's own path (``report.load.load_report``): the same arms,
-the same raw held-out points (the mean over the eval datasets all runs share, or ``--heldout``) and the
-same comparability warnings, printed under the table.
+p, its standard deviation, the mean absolute change between consecutive evaluations, and
+sqrt(p (1 - p) / n), n the evaluated samples. A greedy evaluation of a fixed set has no sampling noise,
+so that SE is the noise of the prompt set: an sd well above it means the policy itself moves from one
+evaluation to the next. Per arm: the mean and the range over seeds. Runs are read through compare's
+path (``report.load.load_report``), whose warnings are printed under the table.
 """
 
 from __future__ import annotations
@@ -24,9 +19,10 @@ import sys
 from typing import Any
 
 from openrlhf_dppo.report.curves import Curve, standard_error
-from openrlhf_dppo.report.load import load_report, print_analysis
+from openrlhf_dppo.report.load import load_report
 from openrlhf_dppo.report.model import Report
 from openrlhf_dppo.report.summary import Settings
+from research.common import print_analysis
 
 
 def run_noise(curve: Curve | None, from_frac: float) -> dict | None:
@@ -78,8 +74,8 @@ def noise_table(report: Report, from_frac: float) -> tuple[list[dict[str, Any]],
     return rows, lines
 
 
-def main(argv=None, prog: str | None = None) -> list[dict[str, Any]]:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+def main(argv=None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(prog="python -m research.curve_noise", description=__doc__.split("\n\n")[0])
     ap.add_argument("--arm", action="append", required=True, metavar="NAME=GLOB", help="an arm's runs")
     ap.add_argument(
         "--from-frac", type=float, default=0.5, help="the window starts at this fraction of the last step"

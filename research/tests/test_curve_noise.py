@@ -1,4 +1,4 @@
-"""report.curve_noise (``python benchmarks/curve_noise.py``) on hand-made run directories (the heldout_at_time tests' own maker): the late
+"""research.curve_noise on hand-made run directories (test_at_time.py's maker): the late
 window, the statistics against compare's binomial SE, and bad input."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from openrlhf_dppo.report import curve_noise
+from research import curve_noise
 
 _spec = importlib.util.spec_from_file_location("_hat_tests", Path(__file__).with_name("test_at_time.py"))
 _hat_tests = importlib.util.module_from_spec(_spec)

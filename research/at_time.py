@@ -1,22 +1,15 @@
 """Held-out accuracy at equal training time, per arm, mean and spread over seeds.
 
-    python -m openrlhf_dppo.report.at_time --arm grpo='runs/tta/grpo_s*' --arm shrink='runs/tta/shrink_s*' \
+    python -m research.at_time --arm grpo='runs/tta/grpo_s*' --arm dppo='runs/tta/dppo_s*' \
         [--baseline grpo] [--fractions 0.25 0.5 0.75 1.0] [--heldout DATASET] [--eval-window 3]
 
-`openrlhf-dppo compare` answers "how long until the baseline's final accuracy?" When every arm runs the
-same number of steps, a faster arm stops earlier, and an arm that has not reached the target by its end
-is censored. This answers the other question: at a given training time, what held-out accuracy has
-each arm reached? Per arm: its final accuracy at its own mean training time beside the baseline's at
-that same time, then every arm at fractions of the baseline arm's mean training time.
-
-It reads the run directories through compare's own path (``report.load.load_report``):
-the same arms, the same held-out curves (the mean over the eval datasets all runs share, a running
-median of ``--eval-window`` eval points against ``time/train_s``, ``openrlhf_dppo.report.curves``) and
-the same comparability checks (``openrlhf_dppo.report.checks``), whose warnings are printed under the
-table. A curve is read by linear interpolation between its smoothed points. A run has no value at a
-time after its last eval ("ended") or before its first smoothed point ("not yet": before its first
-eval -- a resumed run has no step-0 eval -- or before the smoothing window fits); the count of seeds
-with a value is printed beside the mean.
+Per arm: its final accuracy at its own mean training time beside the baseline's at that same time, then
+its accuracy at fractions of the baseline arm's mean training time. Runs are read through compare's path
+(``report.load.load_report``): the same arms, the same held-out curves (the mean over the eval datasets
+all runs share, a running median of ``--eval-window`` points against ``time/train_s``) and the same
+comparability warnings, printed under the table. A curve is read by linear interpolation between its
+smoothed points; a run has no value after its last eval ("ended") or before its first smoothed point
+("not yet"), and the count of seeds with a value is printed beside the mean.
 """
 
 from __future__ import annotations
@@ -27,9 +20,10 @@ import sys
 from collections.abc import Sequence
 
 from openrlhf_dppo.report.curves import Curve
-from openrlhf_dppo.report.load import load_report, print_analysis
+from openrlhf_dppo.report.load import load_report
 from openrlhf_dppo.report.model import Report
 from openrlhf_dppo.report.summary import Settings
+from research.common import print_analysis
 
 ENDED, NOT_YET, NO_EVAL = "ended", "not yet", "no eval"
 
@@ -102,9 +96,11 @@ def at_time_table(report: Report, fractions: list[float], eval_window: int) -> t
     return rows, lines
 
 
-def main(argv=None, prog: str | None = None) -> list[dict]:
+def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(
-        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m research.at_time",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--arm", action="append", required=True, metavar="NAME=GLOB", help="an arm's runs")
     ap.add_argument(
