@@ -1,17 +1,15 @@
-"""``openrlhf-dppo advise``'s output: the console text (at most ``WIDTH`` columns), advise.md and
-advise.png (the share of gradient-carrying groups against the generation cost, one line per rule).
-The numbers are ``report.advise``'s and ``report.recommend``'s; the console and the markdown show the same
-tables (mean over runs in the console, mean ± sd (min–max) in the markdown)."""
+"""``openrlhf-dppo advise``'s output: the console text (at most ``WIDTH`` columns) and advise.md, the same
+tables (the mean over runs in the console, mean ± sd (min–max) in the markdown) from ``report.advise``."""
 
 from __future__ import annotations
 
 import math
+import statistics
 import textwrap
 from pathlib import Path
 
-from openrlhf_dppo.report.advise import Machine, RunAdvice
+from openrlhf_dppo.report.advise import Machine, RunAdvice, methods, projection
 from openrlhf_dppo.report.curves import Spread
-from openrlhf_dppo.report.recommend import AT_RECOMMENDED, Point, Recommendation, points
 from openrlhf_dppo.report.summary import phase_label
 from openrlhf_dppo.report.tables import NA, fmt, fmt_spread
 
@@ -19,27 +17,29 @@ WIDTH = 100
 Table = tuple[str, list[str], list[list[str]]]
 
 
-def _spread(values: list[float | None], spec: str, console: bool) -> str:
-    sp = Spread.of(None if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in values)
-    return fmt(sp.mean, spec) if console else fmt_spread(sp, spec)
+def _spread(values: list[float | None], spec: str, console: bool, suffix: str = "") -> str:
+    sp = Spread.of(None if v is None or math.isnan(v) else v for v in values)
+    if not console:
+        return fmt_spread(sp, spec)
+    text = fmt(sp.mean, spec)
+    return text if text == NA else text + suffix
 
 
-def run_table(advice: list[RunAdvice], console: bool) -> Table:
-    head = ["run", "steps", "all-equal", "1st half", "2nd half", "slope/100", "f", "lossless", "seen before"]
+def run_table(advice: list[RunAdvice]) -> Table:
+    head = ["run", "steps", "all-equal", "1st half", "2nd half", "slope/100", "f", "sync", "lossless"]
     rows = []
     for a in advice:
-        t, rec = a.trend or {}, a.recurrence or {}
-        lossless = a.lossless
+        t, m, lossless = a.trend or {}, a.machine, a.summary.lossless_ratio
         rows.append([
             a.run.name[:24], str(a.summary.steps), fmt(t.get("mean"), ".3f"), fmt(t.get("first_half"), ".3f"),
             fmt(t.get("second_half"), ".3f"), fmt(t.get("slope_per_100"), "+.3f"),
-            fmt(a.summary.generation_share, ".3f"),
+            fmt(None if m is None else m.f, ".3f"), fmt(None if m is None else m.fixed, ".3f"),
             NA if lossless is None else f"{lossless:.3f} ({1 / lossless:.2f}x)" if lossless > 0 else "0",
-            fmt(rec.get("seen_before"), ".2f"),
         ])  # fmt: skip
     title = (
-        "per run: the all-equal share (no gradient) and its trend; f = generation / step (medians); lossless "
-        "= the oracle's time ratio (speedup); seen before = groups whose prompt was drawn earlier"
+        "per run: the all-equal share (groups without gradient) and its trend; f and sync = the generation "
+        "and the weight sync's share of a step (medians); lossless = the time of an oracle that skips only "
+        "the all-equal groups, as a share of the run's (its speedup)"
     )
     return title, head, rows
 
@@ -52,108 +52,69 @@ def phase_table(advice: list[RunAdvice]) -> Table:
     return "median phase times (s) after the warm-up", head, rows
 
 
-def recurrence_table(advice: list[RunAdvice]) -> Table:
-    head = ["run", "seen before", "distinct prompts", "draws per prompt", "median gap", "history AUC"]
+def method_table(
+    advice: list[RunAdvice], gen_share: float | None, completion_rate: float, console: bool
+) -> Table:
+    head = ["method", "rolled out", "trained", "speedup at f", "at gen share"]
     rows = []
-    for a in advice:
-        r = a.recurrence
-        if r is not None:
-            auc = None if a.auc is None or math.isnan(a.auc) else a.auc
-            rows.append([a.run.name[:24], f"{r['seen_before']:.3f}", f"{r['distinct']:.0f}",
-                         f"{r['draws_per_prompt']:.2f}", fmt(r["median_gap"], ".0f"), fmt(auc, ".3f")])  # fmt: skip
+    at_share = None if gen_share is None else Machine(gen_share)
+    for method in methods(completion_rate):
+        own = [
+            None if a.machine is None else projection(a, method, a.machine, completion_rate) for a in advice
+        ]
+        given = [
+            None if at_share is None else projection(a, method, at_share, completion_rate) for a in advice
+        ]
+        cost = [o or g for o, g in zip(own, given)]  # gen and train do not depend on the machine
+        rows.append([
+            method.name,
+            _spread([None if p is None else p.gen for p in cost], ".2f", console),
+            _spread([None if p is None else p.train for p in cost], ".2f", console),
+            _spread([None if p is None else p.speedup for p in own], ".2f", console, "x"),
+            _spread([None if p is None else p.speedup for p in given], ".2f", console, "x"),
+        ])  # fmt: skip
+    fs = [a.machine.f for a in advice if a.machine is not None]
     title = (
-        "how often prompts recur in the prompt log (seen before: the share of groups whose prompt was drawn at "
-        "an earlier step; median gap in steps) and the history's AUC on seen prompts (P(a gradient-carrying "
-        "group scored above an all-equal one); 0.5: no better than chance)"
+        "projected step time against GRPO's: rolled out and trained = a step's generated and trained tokens "
+        "as a share of GRPO's; speedup at f = at each run's own f and weight sync "
+        f"(mean f {fmt(statistics.fmean(fs) if fs else None, '.2f')}), at gen share = at --gen-share "
+        + ("(none given)" if gen_share is None else f"{gen_share:.2f} with no sync")
     )
     return title, head, rows
 
 
-def rule_table(advice: list[RunAdvice], f: Machine | None, gen_share: float | None, console: bool) -> Table:
-    head = ["rule", "r", "kept", "effective", "gen", "train", "speedup at f", "at gen share"]
-    rows = []
-    gpu = None if gen_share is None else Machine(gen_share)
-    for p in points(advice):
-        cells = _cells(advice, p, console)
-        rows.append([p.rule, f"{p.rate:.2f}", *cells, _speed(p, f), _speed(p, gpu)])
-    title = (
-        "selection rules replayed on the prompt log: kept = expected share of the gradient-carrying groups "
-        "rolled out, gen / train = cost as a share of GRPO's, speedup = ideal step time (only the exact "
-        f"A = 0 drop) at f = {fmt(None if f is None else f.f, '.2f')} (the weight sync, "
-        f"{fmt(None if f is None else f.fixed, '.2f')} of the step, held fixed) and "
-        + (
-            "at --gen-share (none given)"
-            if gen_share is None
-            else f"at the given generation share {gen_share:.2f}"
-        )
-    )
-    return title, head, rows
+def flag_lines(completion_rate: float) -> list[tuple[str, str]]:
+    """(method, the flags to add to a train command) for each method."""
+    return [(m.name, " ".join(m.flags) or "(none: the defaults)") for m in methods(completion_rate)]
 
 
-def policy_table(advice: list[RunAdvice], console: bool) -> Table:
-    """The prompt policies at the recommended mode's cost, on seen and on unseen prompts apart."""
-    head = ["rule", "r", "gen", "seen: n", "kept", "eff", "vs uni", "unseen: n", "kept", "eff", "vs uni"]
-    rows = []
-    for rule in AT_RECOMMENDED:
-        cells = [(a.replayed or {}).get(rule, {}).get(0.0) for a in advice]
-        if not any(cells):
-            continue
-
-        def col(key: str, spec: str = ".3f", cells=cells) -> str:
-            return _spread([None if c is None else c[key] for c in cells], spec, console)
-
-        def over(subset: str, cells=cells) -> str:
-            return _spread([None if c is None else c[f"effective_{subset}"] - c[f"uniform_{subset}"]
-                            for c in cells], "+.3f", console)  # fmt: skip
-
-        row = [rule, col("rate", ".2f"), col("gen")]
-        for subset in ("seen", "unseen"):
-            row += [
-                col(f"grad_{subset}", ".0f"),
-                col(f"kept_{subset}"),
-                col(f"effective_{subset}"),
-                over(subset),
-            ]
-        rows.append(row)
-    title = (
-        "the prompt policies at the recommended mode's cost (zero-share's rate, unseen prompts scored as the "
-        "mean), on the gradient-carrying groups of prompts rolled out before the step (seen) and of prompts "
-        "never rolled out (unseen): n = their count, kept and eff = the kept and effective share, vs uni = "
-        "the effective share over a uniform draw at the same generation cost (> 0: it chooses better than "
-        "chance)"
-    )
-    return title, head, rows
-
-
-def _cells(advice: list[RunAdvice], p: Point, console: bool) -> list[str]:
-    key = 0.0 if p.rule.startswith("zero-share") else None
+def reading(advice: list[RunAdvice]) -> list[str]:
+    """How to read the projections, with the all-equal share where one was logged."""
     out = []
-    for name in ("kept", "effective", "gen", "train"):
-        values = []
-        for a in advice:
-            by_rate = (a.replayed or {}).get(p.rule, {})
-            cell = by_rate.get(key if key is not None else _nearest(by_rate, p.rate))
-            values.append(None if cell is None else cell[name])
-        out.append(_spread(values, ".3f", console))
+    shares = [a.trend["mean"] for a in advice if a.trend]
+    limits = [1.0 / a.summary.lossless_ratio for a in advice if a.summary.lossless_ratio]
+    if shares:
+        limit = f" (lossless limit {statistics.fmean(limits):.2f}x)" if limits else ""
+        out.append(
+            f"all-equal share {statistics.fmean(shares):.3f}{limit}: the most of a GRPO batch that pruning skips "
+            "at no cost to the gradient; a method projected faster than the limit trains fewer "
+            "gradient-carrying groups a step than GRPO"
+        )
+    out += [
+        "DPPO's draw and the uniform draw project alike: the history's draw was measured no better than a "
+        "uniform one at the same rate (benchmarks/RESULTS.md); the uniform draw is the control to run beside it",
+        "a projection is of step time only: what a step learns decides the time to GRPO's accuracy; measure "
+        "it with openrlhf-dppo compare (docs/REPORT.md)",
+    ]
     return out
 
 
-def _nearest(by_rate: dict[float, dict[str, float]], rate: float) -> float:
-    return min(by_rate, key=lambda r: abs(r - rate)) if by_rate else rate
-
-
-def _speed(p: Point, f: Machine | None) -> str:
-    s = p.speedup(f)
-    return NA if s is None else f"{s:.2f}x"
-
-
-def tables(advice: list[RunAdvice], f, gen_share, console: bool) -> list[Table]:
-    out = [run_table(advice, console), phase_table(advice)]
-    if any(a.recurrence for a in advice):
-        out.append(recurrence_table(advice))
-    if any(a.replayed for a in advice):
-        out.append(rule_table(advice, f, gen_share, console))
-        out.append(policy_table(advice, console))
+def tables(
+    advice: list[RunAdvice], gen_share: float | None, completion_rate: float, console: bool
+) -> list[Table]:
+    out = [run_table(advice), phase_table(advice)]
+    if any(a.shares for a in advice):  # a projection needs the all-equal share
+        out.append(method_table(advice, gen_share, completion_rate, console))
     return out
 
 
@@ -167,70 +128,47 @@ def _text_table(table: Table, width: int = WIDTH) -> list[str]:
     return lines
 
 
-def console_text(advice: list[RunAdvice], rec: Recommendation, f, gen_share) -> str:
+def _notes(advice: list[RunAdvice]) -> list[str]:
+    return sorted({note for a in advice for note in a.notes})
+
+
+def console_text(advice: list[RunAdvice], gen_share: float | None, completion_rate: float) -> str:
     out: list[str] = []
-    for table in tables(advice, f, gen_share, console=True):
+    for table in tables(advice, gen_share, completion_rate, console=True):
         out += _text_table(table) + [""]
-    out.append("== recommendation ==")
-    if rec.flags:
-        out.append("flags:")
-        out += textwrap.wrap(" ".join(rec.flags), WIDTH, initial_indent="  ", subsequent_indent="    ")
-    for line in rec.lines:
+    out.append("flags to add to the train command:")
+    pad = max(len(name) for name, _ in flag_lines(completion_rate))
+    for name, flags in flag_lines(completion_rate):
+        out += textwrap.wrap(
+            flags, WIDTH, initial_indent=f"  {name.ljust(pad)}  ", subsequent_indent=" " * (pad + 4)
+        )
+    out.append("")
+    for line in reading(advice):
         out += textwrap.wrap(line, WIDTH, initial_indent="- ", subsequent_indent="  ")
-    if rec.too_short:
+    if _notes(advice):
         out.append("what the logs are too short (or lack) to tell:")
-        for note in rec.too_short:
+        for note in _notes(advice):
             out += textwrap.wrap(note, WIDTH, initial_indent="- ", subsequent_indent="  ")
     return "\n".join(out)
 
 
-def markdown(advice: list[RunAdvice], rec: Recommendation, f, gen_share, plot: str | None) -> str:
+def markdown(advice: list[RunAdvice], gen_share: float | None, completion_rate: float) -> str:
     out = ["# openrlhf-dppo advise", "", "Runs: " + ", ".join(f"`{a.run.path}`" for a in advice), ""]
-    for title, head, rows in tables(advice, f, gen_share, console=False):
+    for title, head, rows in tables(advice, gen_share, completion_rate, console=False):
         out += [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         out += ["| " + " | ".join(r) + " |" for r in rows] + [""]
-    if plot:
-        out += [f"![share of gradient-carrying groups against generation cost]({plot})", ""]
-    out += ["## Recommendation", ""]
-    if rec.flags:
-        out += ["```", " \\\n    ".join(rec.flags), "```", ""]
-    out += [f"- {line}" for line in rec.lines] + [""]
-    if rec.too_short:
-        out += ["What the logs are too short (or lack) to tell:", ""] + [f"- {n}" for n in rec.too_short]
+    out += ["| method | flags |", "|---|---|"]
+    out += [f"| {name} | `{flags}` |" for name, flags in flag_lines(completion_rate)] + [""]
+    out += [f"- {line}" for line in reading(advice)] + [""]
+    if _notes(advice):
+        out += ["What the logs are too short (or lack) to tell:", ""] + [f"- {n}" for n in _notes(advice)]
     return "\n".join(out) + "\n"
 
 
-def plot(advice: list[RunAdvice], path: Path) -> bool:
-    """advise.png: kept share against generation cost, one line per rule; False when nothing to plot."""
-    pts = points(advice)
-    if not pts:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for rule in dict.fromkeys(p.rule for p in pts):
-        mine = sorted((p for p in pts if p.rule == rule), key=lambda p: p.gen)
-        style = "o" if len(mine) == 1 else "o-"
-        ax.plot([p.gen for p in mine], [p.kept for p in mine], style, label=rule, markersize=4)
-    ax.set_xlabel("generation cost (share of GRPO's)")
-    ax.set_ylabel("share of gradient-carrying groups rolled out")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
-
-
-def write(advice: list[RunAdvice], rec: Recommendation, f, gen_share, out: str | Path) -> Path:
-    """advise.md (and advise.png when a rule was replayed) in ``out``; returns advise.md's path."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    has_plot = plot(advice, out / "advise.png")
-    path = out / "advise.md"
-    path.write_text(markdown(advice, rec, f, gen_share, "advise.png" if has_plot else None))
+def write(advice: list[RunAdvice], gen_share: float | None, completion_rate: float, out: str | Path) -> Path:
+    """advise.md in ``out``; returns its path."""
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    path = path / "advise.md"
+    path.write_text(markdown(advice, gen_share, completion_rate), encoding="utf-8")
     return path

@@ -58,7 +58,7 @@ def _write(path, dppo: DPPOConfig, step_totals, rewards, keep=None):
 
 def test_compare_reads_what_the_trainer_writes(tmp_path, capsys):
     grpo = _write(tmp_path / "grpo", DPPOConfig(enable=False), [9.0, 4.0, 4.0], [0.0, 0.25, 0.5])
-    dppo_cfg = DPPOConfig(prompt_prune_rate=0.5, completion_prune_rate=0.5)
+    dppo_cfg = DPPOConfig(prompt_prune_rate=0.5, prompt_rate_control="fixed", completion_prune_rate=0.5)
     dppo = _write(tmp_path / "dppo", dppo_cfg, [9.0, 2.0, 2.0], [0.0, 0.25, 0.5], keep=(0.5, 0.5))
     runs = [load_run(grpo), load_run(dppo)]
     assert [r.algo for r in runs] == ["grpo", "dppo"] and all(r.state == "finished" for r in runs)
