@@ -37,17 +37,17 @@ def one_step(history, idx, rewards, lengths, step, times):
         times.setdefault(name, []).append((time.perf_counter() - t) * 1e3)
         return out
 
-    scores = timed("prompt score", lambda: history.score(idx, G))
-    q, _ = timed("prompt keep probs", lambda: prompt_keep_probs(scores, 0.5, 0.1))
-    pmask, q_used = timed("prompt draw", lambda: sample_mask(q, "systematic", step_generator(0, step, 0), DP))
+    signals = timed("prompt score", lambda: history.signals(idx, G))
+    q, _ = timed(
+        "prompt keep probs", lambda: prompt_keep_probs(signals.score, 0.5, 0.1, unseen=signals.unseen)
+    )
+    pmask, q_used = timed("prompt draw", lambda: sample_mask(q, step_generator(0, step, 0), DP))
     kept = torch.nonzero(pmask).flatten()
     r = rewards[kept]
     timed("history update", lambda: history.update(idx[kept], r, step))
     adv = timed("advantages", lambda: group_advantages(r)).reshape(-1)
-    p, _ = timed("completion keep probs", lambda: completion_keep_probs(adv, 0.5, "uniform-low", 0.1, True))
-    cmask, p_used = timed(
-        "completion draw", lambda: sample_mask(p, "systematic", step_generator(0, step, 1), DP)
-    )
+    p, _ = timed("completion keep probs", lambda: completion_keep_probs(adv, 0.5, 0.1, True))
+    cmask, p_used = timed("completion draw", lambda: sample_mask(p, step_generator(0, step, 1), DP))
 
     def weights():
         w = inverse_prob_weights(p_used, cmask) * (1.0 / q_used[kept]).repeat_interleave(G)
@@ -55,7 +55,7 @@ def one_step(history, idx, rewards, lengths, step, times):
 
     timed("weights", weights)
     kept_lengths = lengths[kept].reshape(-1)[cmask.numpy()]
-    timed("pack", lambda: pack(kept_lengths, CAPACITY, DP, 8))
+    timed("pack", lambda: pack(kept_lengths, CAPACITY, DP))
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Packing benchmark: the window packer (and FFD) vs OpenRLHF 0.11.2's dynamic-batch partitioning vs
+"""Packing benchmark: the window packer vs OpenRLHF 0.11.2's dynamic-batch partitioning vs
 padding, on long-tailed chain-of-thought lengths, before and after 50% pruning.
 
 Lengths: prompts of U[64, 512] tokens, 8 completions each with log-normal response lengths (median
@@ -59,16 +59,16 @@ def _summary(name, rank_mbs, lengths, seconds, lower, cpu_seconds=None):
     }
 
 
-def run_ours(lengths, packer, repeats):
+def run_ours(lengths, repeats):
     times, cpu = [], []
     for _ in range(repeats):
         t, c = time.perf_counter(), time.process_time()
-        plan, m = pack(lengths, CAPACITY, DP, window=8, packer=packer)
+        plan, m = pack(lengths, CAPACITY, DP)
         times.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
     rank_mbs = [[np.asarray(mb, dtype=np.int64) for mb in r] for r in plan.rank_micro_batches]
     lower = int(m[PACK_LOWER_BOUND])
-    out = _summary(packer, rank_mbs, lengths, statistics.median(times), lower, statistics.median(cpu))
+    out = _summary("window", rank_mbs, lengths, statistics.median(times), lower, statistics.median(cpu))
     out["min_ms"] = min(times) * 1e3
     assert abs(out["density"] - m[PACK_DENSITY]) < 1e-12
     return out
@@ -77,7 +77,7 @@ def run_ours(lengths, packer, repeats):
 def run_plain_window(lengths, lower):
     """The paper's window without the fill-on-close step (``window_best_fit(fill_on_close=False)``)."""
     t, c = time.perf_counter(), time.process_time()
-    bins, loads = window_best_fit(lengths, CAPACITY, 8, fill_on_close=False)
+    bins, loads = window_best_fit(lengths, CAPACITY, fill_on_close=False)
     ranks, _, _ = distribute(bins, loads, lengths, DP)
     seconds, cpu = time.perf_counter() - t, time.process_time() - c
     rank_mbs = [[np.asarray(mb, dtype=np.int64) for mb in r] for r in ranks]
@@ -128,10 +128,9 @@ def main() -> None:
         full = cot_lengths(n)
         pruned = full[np.random.default_rng(1).random(n) >= 0.5]
         for label, lengths in (("none", full), ("50%", pruned)):
-            ours = run_ours(lengths, "window", args.repeats)
+            ours = run_ours(lengths, args.repeats)
             for res in (
                 ours,
-                run_ours(lengths, "ffd", 1),
                 run_plain_window(lengths, ours["lower_bound"]),
                 run_openrlhf(lengths, ours["lower_bound"]),
                 run_padding(lengths, ours["lower_bound"]),

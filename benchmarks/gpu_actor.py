@@ -8,7 +8,7 @@ step) on a Qwen3-shaped causal LM with random weights (``--size qwen3-0.6b``: Qw
    sequences per micro-batch, right-padded to the longest of the micro-batch (2-D attention mask).
 2. ``packed f``: a uniform random subset of round(f * B * G) sequences (so the kept lengths follow
    the full distribution; DPPO keeps by |advantage|, the same as uniform only where |A| does not
-   depend on length, e.g. not where truncated responses are mostly wrong), packed by ``openrlhf_dppo.core.pack(..., packer="window")`` under ``--capacity`` tokens per
+   depend on length, e.g. not where truncated responses are mostly wrong), packed by ``openrlhf_dppo.core.pack`` (the window packer) under ``--capacity`` tokens per
    micro-batch. A packed micro-batch is ONE row: the sequences concatenated, ``position_ids``
    restarting at 0 for each, ``attention_mask=None``, ``use_cache=False``. f = 1.0 is packing alone.
 Lengths (per GPU share of a step): prompts U[prompt_min, prompt_max] shared by the G completions of a
@@ -54,6 +54,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from openrlhf_dppo.core import pack  # noqa: E402
+from openrlhf_dppo.core.packing import WINDOW  # noqa: E402
 from openrlhf_dppo.metric_keys import PACK_DENSITY, PACK_LOWER_BOUND  # noqa: E402
 
 # Qwen3-0.6B's config.json dimensions (random weights here)
@@ -219,7 +220,7 @@ def make_arms(args, seqs, prompt_lens, lens, adv, device) -> list[dict]:
     n = len(lens)
     total = int(lens.sum())
     arms = []
-    weight = adv / ((lens - prompt_lens) * n)  # full-batch normaliser n = B * G (METHOD.md condition 1)
+    weight = adv / ((lens - prompt_lens) * n)  # full-batch normaliser n = B * G (docs/METHOD.md condition 1)
     groups = [list(range(s, min(s + args.micro_batch, n))) for s in range(0, n, args.micro_batch)]
     mbs = [build(g, seqs, prompt_lens, weight, False, device) for g in groups]
     slots = sum(mb.input_ids.numel() for mb in mbs)
@@ -228,7 +229,7 @@ def make_arms(args, seqs, prompt_lens, lens, adv, device) -> list[dict]:
     for frac in args.fractions:
         kept = prune_uniform(n, frac, args.seed)
         w = weight * n / len(kept)  # inverse keep probability (len(kept) / n) folded into the weight
-        plan, m = pack(lens[kept], args.capacity, dp_size=1, window=args.window, packer="window")
+        plan, m = pack(lens[kept], args.capacity, dp_size=1)
         bins = [[int(kept[j]) for j in b] for b in plan.rank_micro_batches[0]]
         mbs = [build(b, seqs, prompt_lens, w, True, device) for b in bins]
         tokens = int(lens[kept].sum())
@@ -277,7 +278,6 @@ def parse_args(argv=None):
     ap.add_argument("--cap-frac", type=float, default=0.05, help="fraction of responses that run to the cap")
     ap.add_argument("--micro-batch", type=int, default=4, help="sequences per padded GRPO micro-batch")
     ap.add_argument("--capacity", type=int, help="tokens per packed micro-batch (default: see above)")
-    ap.add_argument("--window", type=int, default=8, help="open bins of the window packer")
     ap.add_argument("--fractions", type=float, nargs="+", default=[1.0, 0.7, 0.5, 0.3], help="kept fractions")
     ap.add_argument("--warmup", type=int, default=2, help="untimed passes per arm")
     ap.add_argument("--repeats", type=int, default=5, help="timed passes per arm (interleaved over arms)")
@@ -376,7 +376,7 @@ def main(argv=None) -> dict:
         f"batch {args.prompts} x {args.group} = {len(lens)} sequences, {lengths['total_tokens']} tokens; response "
         f"median {lengths['response_median']:.0f}, mean {lengths['response_mean']:.0f}, p95 "
         f"{lengths['response_p95']:.0f}, {lengths['at_cap']} at the cap {args.max_response}; padded micro-batch "
-        f"{args.micro_batch} sequences, packed capacity {args.capacity} tokens, window {args.window}"
+        f"{args.micro_batch} sequences, packed capacity {args.capacity} tokens, window {WINDOW}"
     )
     la = ", ".join(f"{x:.2f}" for x in env["loadavg"])
     print(f"warm-up {args.warmup}, repeats {args.repeats}, {env['threads']} torch threads; load average {la}")

@@ -14,7 +14,6 @@ $B run --name grpo_2 --rates none --steps "$STEPS"
 $B run --name dppo_05_05 --rates 0.5 0.5 --steps "$STEPS"
 $B run --name dppo_07_07 --rates 0.7 0.7 --steps "$STEPS"
 $B run --name grpo_3 --rates none --steps "$STEPS"
-$B run --name dppo_05_05_openrlhf --rates 0.5 0.5 --packer openrlhf --steps "$STEPS"
 R=runs/pipeline
 $B table --grpo $R/grpo_1 $R/grpo_2 $R/grpo_3 \
-  --dppo $R/dppo_0_05 $R/dppo_05_0 $R/dppo_05_05 $R/dppo_07_07 $R/dppo_05_05_openrlhf
+  --dppo $R/dppo_0_05 $R/dppo_05_0 $R/dppo_05_05 $R/dppo_07_07

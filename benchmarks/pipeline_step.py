@@ -2,7 +2,7 @@
 
     python benchmarks/pipeline_step.py build                       # the benchmark model (cached)
     python benchmarks/pipeline_step.py run --name grpo_a --rates none
-    python benchmarks/pipeline_step.py run --name dppo_55 --rates 0.5 0.5 [--packer openrlhf]
+    python benchmarks/pipeline_step.py run --name dppo_55 --rates 0.5 0.5
     python benchmarks/pipeline_step.py table --grpo runs/pipeline/grpo_a ... --dppo runs/pipeline/dppo_55 ...
 
 ``build`` writes a random-weight Qwen3 of the tiny builder's ``--size`` (``openrlhf_dppo.tiny.build.model_config``:
@@ -108,8 +108,15 @@ def run_command(args) -> list[str]:
         cmd += ["--dppo.enable", "false"]
     else:
         r_q, r_o = (float(x) for x in args.rates)
-        cmd += ["--dppo.enable", "true", "--dppo.prompt_prune_rate", str(r_q)]
-        cmd += ["--dppo.completion_prune_rate", str(r_o), "--dppo.packer", args.packer]
+        cmd += [
+            "--dppo.enable",
+            "true",
+            "--dppo.prompt_rate_control",
+            "fixed",
+            "--dppo.prompt_prune_rate",
+            str(r_q),
+        ]
+        cmd += ["--dppo.completion_prune_rate", str(r_o)]
     return cmd
 
 
@@ -209,14 +216,11 @@ def table(args) -> None:
             if any(k in r for s in dppo for r in s.run.train)]  # fmt: skip
     if pack:
         print()
-        print(
-            "| DPPO run | packer | " + " | ".join(k.split("/")[1] for k in pack) + " | ppo_train median s |"
-        )
-        print("|---|---|" + "---|" * (len(pack) + 1))
+        print("| DPPO run | " + " | ".join(k.split("/")[1] for k in pack) + " | ppo_train median s |")
+        print("|---|" + "---|" * (len(pack) + 1))
         for s in dppo:
-            packer = (s.run.config.get("dppo") or {}).get("packer")
             cells = [f"{_med([r.get(k) for r in used(s)]):.3f}" for k in pack]
-            print(f"| {s.run.name} | {packer} | " + " | ".join(cells) + f" | {s.phases[K.PPO_TRAIN]:.2f} |")
+            print(f"| {s.run.name} | " + " | ".join(cells) + f" | {s.phases[K.PPO_TRAIN]:.2f} |")
         if args.per_step:
             for s in dppo:
                 print(f"\n{s.run.name} per step (micro-batches, lower bound, density):")
@@ -238,7 +242,6 @@ def main(argv=None) -> None:
     r = sub.add_parser("run")
     r.add_argument("--name", required=True)
     r.add_argument("--rates", nargs="+", required=True, help="'none' (GRPO) or R_Q R_O")
-    r.add_argument("--packer", default="window")
     r.add_argument("--steps", type=int, default=8)
     r.add_argument("--prompts", type=int, default=8)
     r.add_argument("--samples", type=int, default=8)

@@ -99,8 +99,7 @@ def compare_arms(base: Arm, other: Arm) -> Comparison:
     r_o = 1.0 - statistics.fmean(s.completion_keep for s in other.members)
     clamp = lambda x: min(max(x, 0.0), 1.0)  # noqa: E731 - rounding noise only; keep fractions are in [0, 1]
     base_step = base.mean_of("step_time")
-    # the rollout a step does, relative to the baseline's: refill draws more prompts than it rolls
-    # out, so 1 - r_q is not its rollout (speedup.py, item 3)
+    # the rollout a step does, relative to the baseline's, measured where logged (speedup.py, item 3)
     measured = S.ratio_or_none(other.mean_of("generated_per_step"), base.mean_of("generated_per_step"))
     g = 1.0 - clamp(r_q) if measured is None else measured
     base_final, other_final = base.final.mean, other.final.mean

@@ -1,7 +1,7 @@
 """The equal-cost control: is DPPO's selection worth more than the same budget spent at random?
 
-Uniform prompt pruning with a constant weight is, under Adam, a smaller batch (METHOD.md "Measuring
-the promise"). So every speed claim is held against an arm that spends DPPO's budget at random. Two
+Uniform prompt pruning with a constant weight is, under Adam, a smaller batch (docs/METHOD.md, "Prompt
+keep probabilities"). So every speed claim is held against an arm that spends DPPO's budget at random. Two
 kinds of arm are such controls, told apart by their run_config.json alone:
 
 1. **uniform selection**: a DPPO arm with ``dppo.prompt_policy`` ``uniform`` (q = 1 - r for every prompt

@@ -1,6 +1,6 @@
 """Held-out accuracy curves against training time, made robust to one noisy evaluation.
 
-The rules (METHOD.md "Measuring the promise: time to accuracy"), plain floats in and out:
+The rules (docs/REPORT.md), plain floats in and out:
 
 1. **Smoothing.** A run's eval curve (points (t_i, p_i): training time, ``eval_<dataset>_pass1``) is
    replaced by its running median over ``window`` (odd, default 3) neighbouring points. The window is
@@ -28,7 +28,7 @@ The rules (METHOD.md "Measuring the promise: time to accuracy"), plain floats in
    seeds' own values give the spread.
 5. **Noise of one eval point**: the binomial standard error sqrt(p (1 - p) / n), n = eval prompts x
    samples per prompt (samples of one prompt are taken as independent: a lower bound when they agree).
-6. **A curve that still climbs at its end** (the report's own rule, not METHOD.md's): its rise over the last quarter of its steps, from the last
+6. **A curve that still climbs at its end** (the report's own rule): its rise over the last quarter of its steps, from the last
    eval step at or before 3/4 of its last step to its final. For the baseline, whose final is the
    target, a rise larger than the target's own noise (the SE of one eval point over the square root of
    the seeds) means the target is the end of a climb: an arm that learns as the baseline does per step

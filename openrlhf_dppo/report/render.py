@@ -45,8 +45,8 @@ METHOD_NOTES = """\
   (`openrlhf_dppo/report/speedup.py`, item 3: 1 - r_q there is the rollout a step does; packing
   gains come on top).
   f = median `timing/generation` / median `timing/step_total` of the baseline; g = the arm's mean
-  `samples/generated` per step / the baseline's (1 - r_q where not logged): 1 - r_q for `shrink`, about 1
-  for `refill`, which draws 2B prompts and rolls out about B; r_q = 1 - mean `dppo/prompt_keep_frac`,
+  `samples/generated` per step / the baseline's (1 - r_q where not logged; above 1 for an arm that rolls
+  out more than the baseline, as dynamic filtering does); r_q = 1 - mean `dppo/prompt_keep_frac`,
   r_o = 1 - mean `dppo/completion_keep_frac` of the arm after warm-up (configured rates shown as `cfg`);
   where that is not logged, 1 - `samples/trained` / `samples/generated`: for GRPO + dynamic filtering the
   fraction of generated completions its filter dropped (`tokens/filtered`), which the work table marks

@@ -1,21 +1,19 @@
 """The speedup arithmetic of the compare report: plain floats in, plain floats out.
 
-Three numbers answer "was DPPO faster?":
+Four numbers answer "was DPPO faster?":
 
 1. step-time speedup  = median T_step(baseline) / median T_step(run), medians over the steps after
    the first ``warmup`` ones (compilation, cache warm-up and the first weight sync inflate them);
 2. time-to-target speedup = t*(baseline) / t*(run), t* the first wall time at which the smoothed
    reward reaches the target (the paper-style "training speedup"); the smoothed reward at step i is
    the mean of the rewards of the last k logged steps (fewer at the start of the run);
-3. the ideal speedup, the physical limit of pruning (../shared/METHOD.md):
+3. the ideal speedup, the physical limit of pruning (docs/METHOD.md, "What a step can save"):
        T_dppo / T_grpo >= (1 - r_q) * (f + (1 - f) * (1 - r_o)),
    f the generation share of a baseline step, r_q / r_o the run's measured prompt / completion
    pruning rates; the measured speedups are also given as a fraction of 1 / that bound. The factor
-   (1 - r_q) stands for the rollout a step does, relative to the baseline's: true where pruned prompts
-   are never rolled out and the kept ones are the whole batch (``shrink``), not where pruning chooses
-   among more prompts drawn than rolled out (``refill`` draws 2B and rolls out about B, as many as
-   GRPO) or where a step rolls out more (dynamic filtering). So the report uses the measured rollout,
-   g = samples generated per step / the baseline's, in its place (``rollout_step_ratio``);
+   (1 - r_q) stands for the rollout a step does relative to the baseline's; the report uses the
+   measured rollout, g = samples generated per step / the baseline's, in its place
+   (``rollout_step_ratio``), which also holds for an arm that rolls out more (dynamic filtering);
 4. the lossless limit (``lossless_time_ratio``): a group whose rewards are all equal has advantage 0
    under a group estimator, and no policy gradient; only those groups can be skipped with the step's
    gradient left exactly as the baseline's. An oracle that rolled out and trained only the rest would

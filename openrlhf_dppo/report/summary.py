@@ -1,6 +1,6 @@
 """One run's numbers for the compare report: a :class:`RunSummary` per run directory.
 
-The time axis is training time (METHOD.md "Measuring the promise"): ``time/train_s``, the sum of the
+The time axis is training time (docs/REPORT.md): ``time/train_s``, the sum of the
 step times from the first step on, written by the run directory's writer; runs written before it
 existed fall back to the cumulative sum of ``timing/step_total``. Start-up (``time/startup_s``) and
 evaluation (``timing/eval``) are reported on their own and are in no time axis.
