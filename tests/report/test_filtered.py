@@ -84,8 +84,8 @@ def test_a_rate_set_on_the_fly_is_shown_as_its_rule_not_as_its_first_value(grpo_
 
 
 def test_a_grpo_run_is_labelled_grpo_whatever_dppo_rates_it_recorded(grpo_dir, tmp_path, rundirs):
-    # a GRPO run launched with --dppo.mode recommended before the preset stood aside under --dppo.enable
-    # false recorded zero-share from 0.5; its rates pruned nothing, and the table must not read as DPPO's
+    # a GRPO run (--dppo.enable false) records the --dppo.* defaults, zero-share from 0.5; its rates pruned
+    # nothing, and the table must not read as DPPO's
     rows = rundirs.train_rows(rundirs.GRPO_PHASES, rundirs.GRPO_REWARD, {})
     cfg = {"enable": False, "prompt_rate_control": "zero-share", "prompt_prune_rate": 0.5}
     grpo = rundirs.write_run(
