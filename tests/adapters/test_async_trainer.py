@@ -138,6 +138,13 @@ def test_a_resumed_run_evaluates_neither_step_0_nor_its_checkpointed_step_again(
     assert [s for s, _ in seen.evals] in ([4, 6], [6])  # never step 0 or the checkpointed step 2 again
 
 
+def test_the_last_step_is_evaluated_only_when_the_schedule_says_so_as_in_sync_mode():
+    gen, trainer, seen = actors(steps=5, eval_steps=2, queue_size=1)
+    run_both(gen, trainer)
+    assert [s for s, _ in seen.logged] == [1, 2, 3, 4, 5]
+    assert [s for s, _ in seen.evals] == [0, 2, 4]  # OpenRLHF's schedule and step 0; step 5 is not on it
+
+
 def test_the_generator_learns_a_batch_from_copies_and_the_trainer_gets_its_raw_rewards():
     """The history the generator updates gets the rewards after the length penalties, as the sync
     experience maker's does; the rollouts handed to the trainer keep their raw rewards (the trainer's
