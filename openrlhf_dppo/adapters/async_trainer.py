@@ -32,10 +32,12 @@ a step or more older than the one that trains: with a slowly moving policy that 
 
 Nothing is lost between the actors: each step's ``StepContext`` travels in its batch, so the trainer checks
 generated = trained + pruned + filtered + untrained for every step as in sync mode. The generator stops
-after ``--dppo.max_steps`` batches, so at a normal end the queue is empty; batches generated after the last
-checkpoint of a stopped run are generated again on resume (the generator restarts from the checkpoint's
-dataloader and DPPO state), as the steps after it are in sync mode, and the run directory keeps one metrics
-line per step. The last step's evaluation: OpenRLHF's generator evaluates on the slot tokens, which stop
+after ``--dppo.max_steps`` batches, so at a normal end the queue is empty; what OpenRLHF's buffer still holds
+then (GRPO with ``--rollout.vllm_generate_batch_size`` above ``--rollout.batch_size``) is counted as generated
+and untrained in the last step, and each step's ``timing/generation`` is the time of the rollouts it trains
+(``BufferClock``). Batches generated after the last checkpoint of a stopped run are generated again on resume
+(the generator restarts from the checkpoint's dataloader and DPPO state), as the steps after it are in sync
+mode, and the run directory keeps one metrics line per step. The last step's evaluation: OpenRLHF's generator evaluates on the slot tokens, which stop
 with the last batch; here the trainer answers the generator's "done" with its final step on a queue of its
 own, and the generator evaluates there when ``--eval.steps`` says so.
 """
@@ -57,7 +59,7 @@ from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters import packing
 from openrlhf_dppo.adapters._ray import remote_like, unwrap_actor_class
 from openrlhf_dppo.adapters.experience_maker import update_history
-from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError
+from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError, response_tokens
 from openrlhf_dppo.adapters.trainer import DPPO_STATE, DPPOSteps, planned_steps, rollout_stats
 from openrlhf_dppo.core import DPPOConfig
 from openrlhf_dppo.run_dir import RunMeta
@@ -70,6 +72,34 @@ DONE, CLOSED, EVAL = "done", "closed", "eval"
 _GeneratorBase: Any = unwrap_actor_class(host.GenerateSamplesActor)
 _TrainingBase: Any = unwrap_actor_class(host.TrainingActor)
 _ControllerBase: Any = unwrap_actor_class(host.PPOTrainerAsync)
+
+
+class BufferClock:
+    """Generation seconds charged to the step that trains the rollouts. OpenRLHF's samples generator keeps
+    what a vLLM call returns beyond one step's B x G rollouts (``--rollout.vllm_generate_batch_size`` above
+    ``--rollout.batch_size``, GRPO only) in a buffer and serves it at the next steps without a call: a
+    call's seconds are spread evenly over the rollouts it returned (dynamic filtering's dropped groups
+    are part of the call), and a step is charged the shares of those it trains. Without that buffer a
+    step is charged its own call."""
+
+    def __init__(self):
+        self.shares: list[float] = []  # seconds of each rollout in OpenRLHF's buffer, in its order
+
+    def serve(self, served: int, held: int, seconds: float) -> float:
+        """The seconds of a call's ``served`` rollouts; ``held``: what the buffer keeps after the call,
+        ``seconds``: the call's time (all of it the step's when the call only served the buffer)."""
+        made = served + held - len(self.shares)  # rollouts vLLM returned in this call
+        if made > 0:
+            self.shares += [seconds / made] * made
+            seconds = 0.0
+        charged = seconds + sum(self.shares[:served])
+        del self.shares[:served]
+        return charged
+
+    def drop(self) -> float:
+        """The seconds of every rollout still held, which no step will train; none held afterwards."""
+        seconds, self.shares = sum(self.shares), []
+        return seconds
 
 
 class _DPPOGenerateSamplesActor(_GeneratorBase):
@@ -113,19 +143,32 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
         if stats is not None:
             self.samples_generator.rate_control.observe(stats[rd.EQUAL_REWARD_FRAC_HT])
 
-    def _generate(self):
-        """(rollouts, filter pass rate, prompts consumed, exhausted, seconds), under the vLLM lock unless
-        partial rollout (then the trainer pauses the engines for the weight broadcast)."""
+    def _generate(self, clock: BufferClock):
+        """(rollouts, filter pass rate, prompts consumed, exhausted, seconds, unserved), under the vLLM lock
+        unless partial rollout (then the trainer pauses the engines for the weight broadcast). seconds: the
+        generation time of the rollouts returned (``BufferClock``); unserved: the counts of the rollouts
+        OpenRLHF's buffer still holds when this batch reaches ``--dppo.max_steps`` (generated, never
+        trained: this last step's, as generated and untrained, their seconds in its time)."""
         partial = self._partial_rollout
         if not partial:
             ray.get(self.vllm_lock.acquire.remote())
         try:
             start = time.time()
-            out = self.samples_generator.generate_samples(**self.generate_kwargs)
-            return (*out, time.time() - start)
+            rollouts, *rest = self.samples_generator.generate_samples(**self.generate_kwargs)
+            seconds = time.time() - start
         finally:
             if not partial:
                 ray.get(self.vllm_lock.release.remote())
+        gen = self.samples_generator
+        held = getattr(gen, "_sample_buffer", None) or []  # OpenRLHF's buffer (GRPO; DPPO keeps none)
+        seconds = clock.serve(len(rollouts), len(held), seconds)
+        unserved: dict = {}
+        if rollouts and held and gen.step_limit is not None and gen.steps >= gen.step_limit:
+            seconds += clock.drop()
+            n, tokens = float(len(held)), float(sum(map(response_tokens, held)))
+            unserved = {rd.SAMPLES_GENERATED: n, rd.TOKENS_GENERATED: tokens,
+                        rd.SAMPLES_UNTRAINED: n, rd.TOKENS_UNTRAINED: tokens}  # fmt: skip
+        return (rollouts, *rest, seconds, unserved)
 
     def _evaluate(self, step: int) -> None:
         """Evaluates under the vLLM lock and sends the metrics (with ``timing/eval``) to the trainer."""
@@ -155,7 +198,7 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
             self._evaluate(0)
         elif global_step > 0:  # a resume: the run evaluated its checkpointed step before it stopped
             self._last_eval_step = global_step
-        just_evaluated = False
+        just_evaluated, clock = False, BufferClock()
         for epoch in range(episode, self.args.train.num_episodes):
             while True:
                 step = self.rollout_slots.get(block=True)  # the trainer's step when it took a batch
@@ -164,7 +207,7 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
                     self._evaluate(step)
                     continue
                 just_evaluated = False
-                rollouts, pass_rate, consumed, exhausted, seconds = self._generate()
+                rollouts, pass_rate, consumed, exhausted, seconds, unserved = self._generate(clock)
                 total_consumed_prompts += consumed
                 if rollouts:
                     rollouts.ctx.responses = []  # used by the generator only: not sent
@@ -177,7 +220,7 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
                     }
                     if self.dppo.enable:
                         states[DPPO_STATE] = self.samples_generator.dppo_state_dict()
-                    self.rollout_queue.put((rollouts, states, pass_rate, seconds), block=True)
+                    self.rollout_queue.put((rollouts, states, pass_rate, seconds, unserved), block=True)
                 else:
                     self.rollout_slots.put(step, block=True)  # nothing sent: the token comes back here
                 if exhausted:
@@ -265,9 +308,11 @@ class _DPPOTrainingActor(DPPOSteps, _TrainingBase):
                     self.save_best_checkpoint(logs, step, {**latest, "global_step": global_step})
                 started = time.time()  # the next step's time excludes the evaluation
                 continue
-            rollouts, states, pass_rate, seconds = payload
+            rollouts, states, pass_rate, seconds, unserved = payload
             self.rollout_slots.put(global_step, block=True)  # the generator may start the next batch
             status, global_step = self.train_step(rollouts, global_step)
+            for key, value in unserved.items():  # as generated and as untrained alike
+                status[key] = status.get(key, 0.0) + value
             status[rd.GENERATION] = seconds
             # wall-clock of the whole step, queue wait included (its parts overlap with generation)
             status[rd.STEP_TOTAL] = time.time() - started

@@ -20,6 +20,7 @@ from dppo_stand_ins import rollout_batch
 from openrlhf_dppo.adapters import async_trainer as at
 from openrlhf_dppo.adapters.experience_maker import shaped_rewards, update_history
 from openrlhf_dppo.adapters.step import Rollouts, StepContext
+from openrlhf_dppo.adapters.trainer import check_accounting
 from openrlhf_dppo.core import DPPOConfig, PromptHistory
 
 
@@ -53,7 +54,7 @@ class Batches:
         return Rollouts([self.made], StepContext(step=self.made)), None, 4, False
 
 
-def actors(steps: int, eval_steps: float, queue_size: int, episodes: int = 2):
+def actors(steps: int, eval_steps: float, queue_size: int, episodes: int = 2, generator=None):
     slots, batches, final = queue.Queue(queue_size), queue.Queue(queue_size), queue.Queue(1)
     for _ in range(queue_size):
         slots.put(0)
@@ -65,7 +66,8 @@ def actors(steps: int, eval_steps: float, queue_size: int, episodes: int = 2):
     gen.args, gen.dppo, gen.generate_kwargs = args, DPPOConfig(enable=False), {}
     gen.rollout_queue, gen.rollout_slots, gen.final_step, gen.vllm_lock = batches, slots, final, Lock()
     gen.eval_dataloader, gen._last_eval_step, gen._partial_rollout = [0], -1, False
-    gen.samples_generator, gen.prompts_dataloader = Batches(steps), SimpleNamespace(state_dict=lambda: {})
+    gen.samples_generator = Batches(steps) if generator is None else generator
+    gen.prompts_dataloader = SimpleNamespace(state_dict=lambda: {})
     evaluated = []
     gen._run_eval = lambda: evaluated.append(gen._last_eval_step) or {"eval_default_pass1": 0.5}
 
@@ -143,6 +145,83 @@ def test_the_last_step_is_evaluated_only_when_the_schedule_says_so_as_in_sync_mo
     run_both(gen, trainer)
     assert [s for s, _ in seen.logged] == [1, 2, 3, 4, 5]
     assert [s for s, _ in seen.evals] == [0, 2, 4]  # OpenRLHF's schedule and step 0; step 5 is not on it
+
+
+class Clock:
+    """``time.time`` of the stand-ins: advanced by hand."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def time(self):
+        return self.now
+
+
+class Buffered:
+    """OpenRLHF's samples generator under ``--rollout.vllm_generate_batch_size`` 3 x B with
+    ``--dppo.max_steps``: a vLLM call makes 12 rollouts in 6 s, a step takes 4 of them, the rest wait in
+    ``_sample_buffer`` for the next steps, served without a call."""
+
+    CHUNK, PER_CALL, CALL_S = 4, 12, 6.0
+
+    def __init__(self, clock: Clock, step_limit: int):
+        self.clock, self.step_limit = clock, step_limit
+        self.steps, self.made, self._sample_buffer, self._dataloader_iter = 0, [], [], iter(())
+
+    def generate_samples(self, **kwargs):
+        if self.steps >= self.step_limit:
+            return Rollouts(), None, 0, True
+        if len(self._sample_buffer) < self.CHUNK:  # a vLLM call
+            self.clock.now += self.CALL_S
+            new = [
+                SimpleNamespace(action_mask=torch.ones(1 + (len(self.made) + i) % 3))
+                for i in range(self.PER_CALL)
+            ]
+            self.made += new
+            self._sample_buffer += new
+        served, self._sample_buffer = self._sample_buffer[: self.CHUNK], self._sample_buffer[self.CHUNK :]
+        self.steps += 1
+        ctx = StepContext(step=self.steps)
+        tokens = sum(int(s.action_mask.sum()) for s in served)
+        ctx.add({"samples/generated": len(served), "tokens/generated": tokens})
+        return Rollouts(served, ctx), None, 0, False
+
+
+def counting_step(rollouts, step):
+    """The training step's counts, as ``DPPOSteps.train_step`` reports them (everything served is trained)."""
+    n, tokens = float(len(rollouts)), float(sum(int(s.action_mask.sum()) for s in rollouts))
+    status = {
+        f"{unit}/{part}": 0.0
+        for unit in ("samples", "tokens")
+        for part in ("pruned", "filtered", "untrained")
+    }
+    status.update(rollouts.ctx.metrics, **{"samples/trained": n, "tokens/trained": tokens})
+    check_accounting(status)
+    return status, step + 1
+
+
+def test_what_openrlhfs_buffer_holds_at_the_step_limit_is_counted_and_each_step_is_charged_its_rollouts_time(
+    monkeypatch,
+):
+    """Steps 1 and 4 each make a call of 12 rollouts (6 s); steps 2 and 3 are served from the buffer, and
+    the step limit (4) leaves 8 rollouts of step 4's call in it, generated and never trained."""
+    clock = Clock()
+    monkeypatch.setattr(at, "time", clock)
+    generator = Buffered(clock, step_limit=4)
+    gen, trainer, seen = actors(steps=0, eval_steps=float("inf"), queue_size=1, generator=generator)
+    trainer.train_step = counting_step
+    run_both(gen, trainer)
+    rows = [status for _, status in seen.logged]
+    assert len(rows) == 4 and len(generator.made) == 24 and len(generator._sample_buffer) == 8
+    for row in rows:
+        check_accounting(row)
+    tokens = [int(s.action_mask.sum()) for s in generator.made]
+    assert sum(r["samples/generated"] for r in rows) == 24
+    assert sum(r["tokens/generated"] for r in rows) == sum(tokens)
+    assert [r["samples/untrained"] for r in rows] == [0, 0, 0, 8]
+    assert rows[-1]["tokens/untrained"] == sum(tokens[16:])
+    # 6 s per call of 12: 0.5 s a rollout; step 4 is charged its own 4 and the 8 left untrained
+    assert [r["timing/generation"] for r in rows] == pytest.approx([2.0, 2.0, 2.0, 6.0])
 
 
 def test_the_generator_learns_a_batch_from_copies_and_the_trainer_gets_its_raw_rewards():
