@@ -37,7 +37,8 @@ then (GRPO with ``--rollout.vllm_generate_batch_size`` above ``--rollout.batch_s
 and untrained in the last step, and each step's ``timing/generation`` is the time of the rollouts it trains
 (``BufferClock``). Batches generated after the last checkpoint of a stopped run are generated again on resume
 (the generator restarts from the checkpoint's dataloader and DPPO state), as the steps after it are in sync
-mode, and the run directory keeps one metrics line per step. The last step's evaluation: OpenRLHF's generator evaluates on the slot tokens, which stop
+mode, and the run directory keeps one metrics line per step; a checkpoint after a batch that ran the prompt
+data out names the next episode. The last step's evaluation: OpenRLHF's generator evaluates on the slot tokens, which stop
 with the last batch; here the trainer answers the generator's "done" with its final step on a queue of its
 own, and the generator evaluates there when ``--eval.steps`` says so.
 """
@@ -170,6 +171,10 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
                         rd.SAMPLES_UNTRAINED: n, rd.TOKENS_UNTRAINED: tokens}  # fmt: skip
         return (rollouts, *rest, seconds, unserved)
 
+    def _epoch_done(self) -> bool:
+        """True once the prompt data ran out (the samples generator's next draw starts a new epoch)."""
+        return getattr(self.samples_generator, "_dataloader_iter", None) is None
+
     def _evaluate(self, step: int) -> None:
         """Evaluates under the vLLM lock and sends the metrics (with ``timing/eval``) to the trainer."""
         self._last_eval_step = step
@@ -213,8 +218,11 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
                     rollouts.ctx.responses = []  # used by the generator only: not sent
                     if self.dppo.enable:
                         self._learn(rollouts)
+                    # a batch that ran the prompt data out ends its epoch: a resume from its checkpoint starts
+                    # the next (the dataloader's state restarts the data, which under this epoch's number
+                    # would be replayed as an extra epoch)
                     states = {
-                        "episode": epoch,
+                        "episode": epoch + 1 if self._epoch_done() else epoch,
                         "total_consumed_prompts": total_consumed_prompts,
                         "data_loader_state_dict": self.prompts_dataloader.state_dict(),
                     }

@@ -341,6 +341,15 @@ class _DPPOTrainer(DPPOSteps, _PPOTrainerBase):
     def load_dppo_state(self, state: dict) -> None:
         self.samples_generator.load_dppo_state(state)
 
+    def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
+        """A step whose draw ran the prompt data out ends its episode: its checkpoint names the next one.
+        OpenRLHF's loop records the episode the step was drawn in, and the dataloader's state after the
+        data ran out restarts the data: resumed there, the loop replayed a whole epoch under the old
+        episode's number, one epoch more than ``--train.num_episodes``."""
+        if client_states is not None and getattr(self.samples_generator, "_dataloader_iter", None) is None:
+            client_states["episode"] += 1
+        super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
+
     def init_checkpoint_states(self):
         """OpenRLHF's checkpoint states, read once per run (``fit`` needs them before OpenRLHF's loop)."""
         if self._checkpoint_states is None:

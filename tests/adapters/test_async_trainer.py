@@ -16,6 +16,8 @@ import pytest
 import torch
 from dppo_pipeline import args_for, tag
 from dppo_stand_ins import rollout_batch
+from openrlhf.trainer.ppo_utils.samples_generator import _collect_prompt_batch
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from openrlhf_dppo.adapters import async_trainer as at
 from openrlhf_dppo.adapters.experience_maker import shaped_rewards, update_history
@@ -54,7 +56,9 @@ class Batches:
         return Rollouts([self.made], StepContext(step=self.made)), None, 4, False
 
 
-def actors(steps: int, eval_steps: float, queue_size: int, episodes: int = 2, generator=None):
+def actors(
+    steps: int, eval_steps: float, queue_size: int, episodes: int = 2, generator=None, dataloader=None
+):
     slots, batches, final = queue.Queue(queue_size), queue.Queue(queue_size), queue.Queue(1)
     for _ in range(queue_size):
         slots.put(0)
@@ -67,7 +71,7 @@ def actors(steps: int, eval_steps: float, queue_size: int, episodes: int = 2, ge
     gen.rollout_queue, gen.rollout_slots, gen.final_step, gen.vllm_lock = batches, slots, final, Lock()
     gen.eval_dataloader, gen._last_eval_step, gen._partial_rollout = [0], -1, False
     gen.samples_generator = Batches(steps) if generator is None else generator
-    gen.prompts_dataloader = SimpleNamespace(state_dict=lambda: {})
+    gen.prompts_dataloader = SimpleNamespace(state_dict=lambda: {}) if dataloader is None else dataloader
     evaluated = []
     gen._run_eval = lambda: evaluated.append(gen._last_eval_step) or {"eval_default_pass1": 0.5}
 
@@ -79,14 +83,20 @@ def actors(steps: int, eval_steps: float, queue_size: int, episodes: int = 2, ge
         final,
     )
     trainer.wandb_logger = trainer.tensorboard_logger = None
-    trained, logged, evals = [], [], []
+    trained, logged, evals, states = [], [], [], []
     trainer.train_step = lambda rollouts, step: (trained.append(list(rollouts)) or {}, step + 1)
-    trainer.save_logs_and_checkpoints = lambda step, status, states: logged.append((step, dict(status)))
+
+    def save(step, status, client_states):
+        logged.append((step, dict(status)))
+        states.append(dict(client_states))
+
+    trainer.save_logs_and_checkpoints = save
     trainer._record_eval = lambda step, logs: evals.append((step, logs["timing/eval"] >= 0))
     best = []  # the steps whose evaluation may save a best checkpoint
     trainer.save_best_checkpoint = lambda logs, step, states: best.append(step)
     return gen, trainer, SimpleNamespace(trained=trained, logged=logged, evals=evals, evaluated=evaluated,
-                                         slots=slots, batches=batches, lock=gen.vllm_lock, best=best)  # fmt: skip
+                                         slots=slots, batches=batches, lock=gen.vllm_lock, best=best,
+                                         states=states)  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -222,6 +232,83 @@ def test_what_openrlhfs_buffer_holds_at_the_step_limit_is_counted_and_each_step_
     assert rows[-1]["tokens/untrained"] == sum(tokens[16:])
     # 6 s per call of 12: 0.5 s a rollout; step 4 is charged its own 4 and the 8 left untrained
     assert [r["timing/generation"] for r in rows] == pytest.approx([2.0, 2.0, 2.0, 6.0])
+
+
+def test_a_resume_from_an_epochs_short_last_batch_starts_the_next_epoch():
+    """5 prompts, 2 a step, 2 episodes: steps of 2, 2, 1 prompts in each epoch. The checkpoint after
+    step 3 (the short batch that ran the data out) resumes into the second epoch only, drawing 5 prompts
+    in 3 steps as the uninterrupted run did (the dataloader's state restarts the data: under the first
+    episode's number it was a third epoch)."""
+
+    def loader():
+        data = [(None, f"p{i}", "", None) for i in range(5)]
+        return StatefulDataLoader(data, batch_size=1, collate_fn=lambda b: tuple(map(list, zip(*b))))
+
+    def run(global_step=0, states=None):
+        dataloader = loader()
+        if states is not None:
+            dataloader.load_state_dict(states["data_loader_state_dict"])
+        gen, trainer, seen = actors(0, float("inf"), 1, 2, Epochs(dataloader, 2), dataloader)
+        gen.samples_generator.steps = global_step
+        episode = 0 if states is None else states["episode"]
+        errors = []
+        thread = threading.Thread(
+            target=lambda: _record(
+                errors, gen.fit, episode=episode, total_consumed_prompts=0, global_step=global_step
+            ),
+            daemon=True,
+        )
+        thread.start()
+        trainer._fit(global_step)
+        thread.join(timeout=30)
+        assert not thread.is_alive() and not errors, errors
+        return seen
+
+    whole = run()
+    assert [len(b) for b in whole.trained] == [2, 2, 1, 2, 2, 1]
+    assert [s["episode"] for s in whole.states] == [
+        0,
+        0,
+        1,
+        1,
+        1,
+        2,
+    ]  # a step that ran the data out ends its epoch
+    resumed = run(global_step=3, states=whole.states[2])
+    assert [len(b) for b in resumed.trained] == [2, 2, 1] and [s for s, _ in resumed.logged] == [4, 5, 6]
+
+
+def _record(errors, fn, **kwargs):
+    try:
+        fn(**kwargs)
+    except BaseException as err:  # noqa: BLE001 - reported by the test
+        errors.append(err)
+
+
+class Epochs:
+    """A samples generator over a real StatefulDataLoader, drawing ``B`` prompts a step as OpenRLHF's
+    does (``_collect_prompt_batch``): an epoch's short last batch reports "exhausted", and
+    ``_dataloader_iter`` is None once the data ran out (the next call starts a new epoch)."""
+
+    def __init__(self, dataloader, B: int):
+        self.dataloader, self.B, self._dataloader_iter, self.steps, self.step_limit = (
+            dataloader,
+            B,
+            None,
+            0,
+            None,
+        )
+
+    def generate_samples(self, **kwargs):
+        if self._dataloader_iter is None:
+            self._dataloader_iter = iter(self.dataloader)
+        prompts, _, _, exhausted = _collect_prompt_batch(self._dataloader_iter, self.B)
+        if exhausted:
+            self._dataloader_iter = None
+        if not prompts:
+            return Rollouts(), None, 0, True
+        self.steps += 1
+        return Rollouts(prompts, StepContext(step=self.steps)), None, len(prompts), exhausted
 
 
 def test_the_generator_learns_a_batch_from_copies_and_the_trainer_gets_its_raw_rewards():
