@@ -1,12 +1,15 @@
 """`make test-slurm` stops the local cluster it started -- also when a test fails or the start itself
 fails -- unless KEEP_CLUSTER=1 or the cluster was already up. The cluster script and the Slurm tests are
-replaced by stand-ins (the Makefile's CLUSTER and SLURM_TESTS), so this needs neither root nor Slurm."""
+replaced by stand-ins (the Makefile's CLUSTER and SLURM_TESTS), so this needs neither root nor Slurm.
+Every test marked slurm is in the one folder the target runs."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +68,18 @@ def test_keep_cluster_leaves_it_running(tmp_path):
 def test_a_cluster_that_was_up_before_is_left_up(tmp_path):
     rc, calls = make_test_slurm(tmp_path, "true", status_rc=0)
     assert rc == 0 and calls == ["status", "up"]
+
+
+def test_every_slurm_test_is_in_the_folder_make_test_slurm_runs():
+    # test-slurm collects one folder (the unit and e2e runs deselect the marker): a slurm test anywhere
+    # else would run in no target at all
+    recipe = re.search(r"^SLURM_TESTS := (.*)$", Path(REPO, "Makefile").read_text(), re.M).group(1)
+    assert "-m slurm tests/slurm " in recipe + " ", recipe
+    marker = re.compile(r"\bmark\.slurm\b")
+    found = [
+        str(path.relative_to(REPO))
+        for top in ("tests", "research")
+        for path in sorted(Path(REPO, top).rglob("*.py"))
+        if marker.search(path.read_text(encoding="utf-8"))
+    ]
+    assert found and all(f.startswith("tests/slurm/") for f in found), found

@@ -18,7 +18,7 @@ from openrlhf_dppo.launch import slurm
 from openrlhf_dppo.report import load_run
 from openrlhf_dppo.tiny import progress
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 class Clock:
@@ -162,7 +162,7 @@ def test_to_plain_handles_tensors_and_arrays_without_importing_torch():
 
 
 def test_every_reader_skips_a_half_written_last_line_the_same_way(tmp_path, rundirs):
-    rows = rundirs.train_rows(rundirs.GRPO_PHASES[:3], rundirs.GRPO_REWARD)
+    rows = rundirs.train_rows([(2.0, 1.0, 0.75, 0.25)] * 3, [0.0, 0.25, 0.5])
     run_dir = rundirs.write_run(
         tmp_path / "live", rows, status="running", extra_lines=['{"kind": "train", "st']
     )

@@ -2,6 +2,7 @@
 
 import asyncio
 import importlib.util
+import json
 import threading
 import time
 
@@ -266,3 +267,13 @@ def test_contract_with_missing_labels_or_prompts_returns_one_entry_per_query():
     assert reward([], [], [])["rewards"].shape == (0,)
     out = reward(["\\boxed{1}"], [""], [""])  # the empty label OpenRLHF passes without a label key
     assert out["extra_logs"]["math/reason_bad_label"].tolist() == [1.0]
+
+
+def test_a_json_object_label_is_a_bad_label_not_an_expression_to_compare():
+    # a countdown label (a dataset that is not a math dataset): math-verify would read the object's
+    # numbers and call a boxed target correct; the reward scores it bad_label and never raises
+    label = json.dumps({"numbers": [3, 5, 7], "target": 22})
+    out = MathReward()(["so the answer is \\boxed{22}"], [""], [label])
+    assert out["rewards"].tolist() == [0.0] and out["extra_logs"]["math/reason_bad_label"].tolist() == [1.0]
+    # a JSON-looking text that is no object stays an expression (a MATH interval or set)
+    assert MathReward().judge(r"\boxed{[1, 2]}", "[1, 2]") == ("correct", True)

@@ -69,10 +69,10 @@ def test_train_command_keeps_the_configs_checkpoint_settings(tmp_path):
         "--ckpt.save_steps",
         "3",
     ]
-    cmd = C.build_train_command(cfg, save_steps=100, entry="tests/slurm/standin_train.py")
+    cmd = C.build_train_command(cfg, save_steps=100, entry="my_train.py")
     assert cmd.run_dir == tmp_path / "out" and cmd.ckpt_path == tmp_path / "ck"
     assert C.get_flag(cmd.argv, "--ckpt.save_steps") == "3"
-    assert cmd.argv[1] == os.path.abspath("tests/slurm/standin_train.py")  # a script runs by absolute path
+    assert cmd.argv[1] == os.path.abspath("my_train.py")  # a script runs by absolute path
     with pytest.raises(ValueError, match="save_steps must be positive"):
         C.build_train_command(cfg, save_steps=0)
 
