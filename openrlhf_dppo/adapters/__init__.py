@@ -17,7 +17,7 @@ Where each part sits (one overridden seam each; see the module docstrings):
 - ``dispatch``           kept items -> per-rank packed micro-batches (core.pack), plan carried in info.
 - ``actor``              PolicyModelActor / ActorPPOTrainer / NaiveReplayBuffer on the DeepSpeed ranks:
                          follow the plan, weight KL-in-loss and entropy terms, count what is trained.
-- ``packing``            OpenRLHF's own partitioning as the ``openrlhf`` packer (``packing.register()``).
+- ``packing``            the experience-side forward batches (OpenRLHF's balanced partitions within a budget).
 
 Importing any of them changes nothing (the layer test checks it). ``install(cfg, run)`` is the one
 place that patches the host; ``openrlhf_dppo.cli.train_dppo_ray`` calls it right before OpenRLHF's
@@ -77,11 +77,9 @@ def install(cfg, run) -> dict:
     from openrlhf.cli import train_ppo_ray
     from openrlhf.trainer import ppo_trainer, ppo_trainer_async
 
-    from openrlhf_dppo.adapters import packing
     from openrlhf_dppo.adapters.async_trainer import DPPOTrainerAsync
     from openrlhf_dppo.adapters.trainer import DPPOTrainer
 
-    packing.register()
     replaced = {"PPOTrainer": ppo_trainer.PPOTrainer, "PPOTrainerAsync": ppo_trainer_async.PPOTrainerAsync}
     ppo_trainer.PPOTrainer = TrainerFactory(DPPOTrainer, cfg, run)
     ppo_trainer_async.PPOTrainerAsync = TrainerFactory(DPPOTrainerAsync, cfg, run)

@@ -57,7 +57,6 @@ from openrlhf.utils.logging_utils import init_logger
 from ray.util.queue import Queue
 
 from openrlhf_dppo import run_dir as rd
-from openrlhf_dppo.adapters import packing
 from openrlhf_dppo.adapters._ray import remote_like, unwrap_actor_class
 from openrlhf_dppo.adapters.experience_maker import update_history
 from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError, response_tokens
@@ -253,7 +252,6 @@ class _DPPOTrainingActor(DPPOSteps, _TrainingBase):
             reference_model_group, vllm_engines, vllm_lock=vllm_lock, rollout_queue=rollout_queue,
             rollout_slots=rollout_slots,
         )  # fmt: skip
-        packing.register()  # this actor's process plans the packing
         self.final_step = final_step
         self._open_run(self.args, dppo, run, max_steps)
         self.experience_maker = self._make_experience_maker(None)

@@ -116,8 +116,6 @@ def build_dispatch(
     num_steps: int,
     norm_tokens: float,
     norm_seqs: float,
-    packer: str = "window",
-    window: int = 8,
 ) -> DispatchPlan:
     """Plan the training of the kept single-sample items (``split_experience_batch`` output).
 
@@ -139,7 +137,7 @@ def build_dispatch(
     for chunk in chunks:
         chunk_items = [items[int(i)] for i in chunk]
         lengths = [int(torch.as_tensor(it.total_length).reshape(-1)[0]) for it in chunk_items]
-        plan, m = pack(lengths, capacity, dp_size, window=window, packer=packer)
+        plan, m = pack(lengths, capacity, dp_size)
         k = plan.micro_batches_per_rank
         shortest = chunk_items[int(np.argmin(lengths))]
         for r, micro_batches in enumerate(plan.rank_micro_batches):

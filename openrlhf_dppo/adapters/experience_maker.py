@@ -9,7 +9,7 @@ rewards already on the rollouts:
 2. group advantages on the FULL groups (``core.group_advantages``, OpenRLHF's formulas); the prompt
    history is updated from every rolled-out group's rewards, including the groups OpenRLHF's dynamic
    filter dropped (``ctx.filtered``, same length penalties);
-3. keep probabilities, a seeded mask and the weights in one call (``core.prune_completions``; a
+3. keep probabilities, a seeded mask and the weights in one call (``core.prune_completions``; the
    systematic draw keeps a multiple of the data-parallel size, with the p = 1 completions held at 1
    unless no multiple is reachable that way: ``dppo/completion_fixed_size_fallback``); A == 0
    completions get p = 0 only when no KL (in reward or loss) or entropy term, and no batch whitening
@@ -24,7 +24,7 @@ rewards already on the rollouts:
    multiplies the whole per-token advantage (KL part included), which keeps that objective unbiased.
    REINFORCE++-baseline (``reinforce_baseline``): the group mean is subtracted on the full group (step 2)
    and the per-token returns are whitened with the batch's token mean and std, estimated from the trained
-   completions with their weights (``core.token_whitening``; a ratio, consistent, as the ``ht`` normaliser);
+   completions with their weights (``core.token_whitening``; a ratio, consistent, as the token-mean normaliser);
 6. the full-batch normalisers (``core.full_batch_normalizer``) and the packed per-rank dispatch plan
    (``adapters.dispatch``), returned with the experiences as ``PlannedExperiences.plan`` for
    ``balance_experiences`` (``adapters.trainer``).
@@ -68,7 +68,6 @@ from openrlhf_dppo.adapters.samples_generator import response_tokens
 from openrlhf_dppo.adapters.step import PlannedExperiences, PromptDraw, StepContext
 from openrlhf_dppo.core import (
     BATCH_WHITENED,
-    FIXED_SIZE_DESIGNS,
     fold_weights,
     full_batch_normalizer,
     group_advantages,
@@ -124,8 +123,7 @@ def shaped_rewards(samples, args) -> torch.Tensor:
 
 
 def update_history(history, ctx: StepContext, samples, args, shaped: torch.Tensor | None = None) -> None:
-    """Every rolled-out group's shaped rewards and response token counts (the prompt's cost) into the prompt
-    history, those dynamic filtering dropped (``ctx.filtered``) included: the history must learn that an
+    """Every rolled-out group's shaped rewards into the prompt history, those dynamic filtering dropped (``ctx.filtered``) included: the history must learn that an
     always-solved prompt is uninformative, whether or not it was kept. Stamped with the step ``ctx.step``.
     shaped: the (n, G) shaped rewards of ``samples`` where the caller has them (the sync experience maker,
     which shapes the step's rollouts in place anyway); otherwise (the async generator, whose rollouts go on
@@ -141,8 +139,7 @@ def update_history(history, ctx: StepContext, samples, args, shaped: torch.Tenso
         copies.append(c)
     parts = ([] if shaped is None else [shaped]) + ([shaped_rewards(copies, args)] if copies else [])
     rewards = torch.cat([p.to(parts[0].dtype) for p in parts])
-    tokens = torch.tensor([response_tokens(s) for s in rolled_out]).reshape(-1, G)
-    history.update(torch.tensor(index, dtype=torch.int64), rewards, ctx.step, tokens)
+    history.update(torch.tensor(index, dtype=torch.int64), rewards, ctx.step)
 
 
 class DPPOExperienceMaker(RemoteExperienceMaker):
@@ -164,12 +161,10 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         return prune_completions(
             adv_flat,
             cfg.completion_keep_frac,
-            cfg.completion_policy,
             cfg.p_min,
-            allow_zero=cfg.drop_zero_advantage and zero_advantage_is_exact(self.args),
-            design=cfg.sampling,
+            allow_zero=zero_advantage_is_exact(self.args),
             generator=step_generator(cfg.seed, step, 1),
-            multiple_of=dp if cfg.sampling in FIXED_SIZE_DESIGNS else 1,
+            multiple_of=dp,
             prompt_weight=prompt_weight,
         )
 
@@ -237,9 +232,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
             args.rollout.batch_size, G, args.train.batch_size, self._step_groups(ctx, len(draws)),
             self.dppo.short_batch == "train", dp,
         )  # fmt: skip
-        plan = build_dispatch(
-            items, dp, capacity, steps, z_tok, z_seq, packer=self.dppo.packer, window=self.dppo.pack_window
-        )
+        plan = build_dispatch(items, dp, capacity, steps, z_tok, z_seq)
         metrics.update(plan.metrics)
         ctx.metrics.update(metrics)
         pruned = (~mask).nonzero().flatten().tolist()  # counted where the mask is drawn
@@ -272,7 +265,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
     # ---- 5-6: advantages, normalisers ------------------------------------------------------------
     def _normalizers(self, ctx: StepContext, tokens: list[int], q: torch.Tensor) -> tuple[float, float]:
         """(Z_tok, Z_seq) of the full batch (METHOD.md condition 1)."""
-        args, cfg, G = self.args, self.dppo, self.args.rollout.n_samples_per_prompt
+        args, G = self.args, self.args.rollout.n_samples_per_prompt
         prompt_tokens = torch.tensor(tokens, dtype=torch.float64).reshape(-1, G).sum(-1)
         w = 1.0 / q
         if args.algo.dynamic_filtering_enable or ctx.draw is None:
@@ -281,16 +274,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         else:
             n_prompts = ctx.draw.drawn
         z_seq, _ = full_batch_normalizer(False, n_prompts, G)
-        max_new = args.rollout.max_new_tokens or args.data.max_len
-        z_tok, _ = full_batch_normalizer(
-            True,
-            n_prompts,
-            G,
-            prompt_weights=w,
-            prompt_tokens=prompt_tokens,
-            token_normalizer=cfg.token_normalizer,
-            constant=float(n_prompts * G * max_new),
-        )
+        z_tok, _ = full_batch_normalizer(True, n_prompts, G, prompt_weights=w, prompt_tokens=prompt_tokens)
         return z_tok, z_seq
 
     def _set_advantages(self, experiences, adv_kept, weights_kept, rewards, train_ids) -> dict:

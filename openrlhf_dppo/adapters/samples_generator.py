@@ -6,24 +6,19 @@ Seams (``OpenRLHF SamplesGenerator``):
   (``adapters.step``; step number = steps handed out + 1) and returns the rollouts as ``Rollouts`` with
   the context attached: OpenRLHF passes that list unchanged to the trainer's ``train_step`` and on to
   the experience maker. Once ``--dppo.max_steps`` steps were handed out it answers "exhausted".
-  * DPPO (owned, short): ONE prompt draw, rolled out and returned whole. OpenRLHF's version keeps a
+  * DPPO (owned, short): ONE prompt draw, rolled out and returned whole (OpenRLHF's version keeps a
     buffer and serves whatever exceeds ``rollout.batch_size x n_samples_per_prompt`` at the next step
-    without a new draw; with ``--dppo.prompt_batch refill`` a draw keeps more than B prompts while most
-    are unseen (unseen prompts keep q = 1, e.g. all of epoch 1, unless ``--dppo.unseen_prompts mean``),
-    and those rollouts would be trained a step late, by the next policy, under the old draw's normaliser.
-    Here there is no buffer: a refill step rolls out every kept prompt of its draw (about B once the
-    history knows the prompts, up to floor(B / (1 - r_q)) before), with that draw's normalisers. The draw:
-    1. takes the step's prompt batch from the dataloader (B = ``--rollout.batch_size`` prompts with
-       ``shrink``; floor(B / (1 - r_q)) with ``refill``, so that about B are rolled out),
-    2. reads what the prompt history knows of them (``PromptHistory.signals``: score, E[v], cost; keyed by
-       dataset index: the dataloader yields prompt text, mapped back to its index once from the
-       ``PromptDataset``; identical texts share one entry),
-    3. draws the keep mask with ``core.prune_prompts`` (q from ``--dppo.prompt_policy``, seeded per draw, at the rate
-       of ``rate_control``, a ``core.PromptRateControl``: ``--dppo.prompt_prune_rate``, or under
+    without a new draw; a pruned draw never exceeds it). The draw:
+    1. takes the step's B = ``--rollout.batch_size`` prompts from the dataloader,
+    2. reads their scores from the prompt history (``PromptHistory.signals``; keyed by dataset index: the
+       dataloader yields prompt text, mapped back to its index once from the ``PromptDataset``; identical
+       texts share one entry; an unseen prompt takes the mean seen score),
+    3. draws the keep mask with ``core.prune_prompts`` (q from ``--dppo.prompt_policy``, seeded per draw, at
+       the rate of ``rate_control``, a ``core.PromptRateControl``: ``--dppo.prompt_prune_rate``, or under
        ``--dppo.prompt_rate_control zero-share`` the all-equal share the trainer fed it from earlier steps;
-       at rate 0 every q is 1). The draw never keeps nothing: OpenRLHF's loop
-       would answer an empty step by drawing again, which conditions the step on a non-empty draw
-       (``core.sampling``, "Never empty"); so one call is one step, and no draw is left unaccounted,
+       at rate 0 every q is 1). The draw never keeps nothing: OpenRLHF's loop would answer an empty step by
+       drawing again, which conditions the step on a non-empty draw (``core.sampling``, "Never empty"); so
+       one call is one step, and no draw is left unaccounted,
     4. hands ONLY the kept prompts to OpenRLHF's ``_generate_vllm``, which dispatches them to vLLM
        exactly as before (dynamic filtering included: its replacements come from the dataloader, q = 1).
   * GRPO: OpenRLHF's method unchanged (its buffer included), observed through the two hooks below.
@@ -68,10 +63,7 @@ class DPPOSamplesGenerator(SamplesGenerator):
         super().__init__(*args, **kwargs)
         self.dppo = dppo
         if history is None and dppo.enable:  # DPPO's prompt history over the prompt dataset, unless given
-            history = PromptHistory(
-                len(self.prompts_dataloader.dataset), decay=dppo.history_decay, prior=dppo.history_prior,
-                reward_kind=dppo.reward_kind,
-            )  # fmt: skip
+            history = PromptHistory(len(self.prompts_dataloader.dataset))
         self.history = history  # PromptHistory (DPPO) or None
         self.step_limit = step_limit  # --dppo.max_steps (None: OpenRLHF's episodes decide)
         self.steps = 0  # steps whose rollouts were handed out (the trainer sets it on a resume)
@@ -161,28 +153,19 @@ class DPPOSamplesGenerator(SamplesGenerator):
             self._dataloader_iter = None
         return experiences, pass_rate, consumed, exhausted
 
-    def _n_draw(self, num_prompts: int) -> int:
-        return self.dppo.prompts_drawn(num_prompts)
-
     def _pruned_generate(self, ctx: StepContext, num_prompts: int, dynamic_filtering, **generate_kwargs):
-        prompts, labels, images, exhausted = _collect_prompt_batch(
-            self._dataloader_iter, self._n_draw(num_prompts)
-        )
+        prompts, labels, images, exhausted = _collect_prompt_batch(self._dataloader_iter, num_prompts)
         if not prompts:
             return [], 0, True
         index = torch.tensor([self.prompt_index[p] for p in prompts], dtype=torch.int64)
         G = self.args.rollout.n_samples_per_prompt
         cfg = self.dppo
-        signals = self.history.signals(index, G, self.args.algo.advantage.estimator, cfg.unseen_prompts)
+        signals = self.history.signals(index, G)
         rate = self.rate_control.rate()  # from earlier steps only: fixed before this rollout
         draw, metrics = prune_prompts(
-            signals,
-            1.0 - rate,
-            cfg.q_min,
-            cfg.sampling,
-            step_generator(cfg.seed, self.draws, 0),
-            policy=cfg.prompt_policy,
-        )
+            signals.score, 1.0 - rate, cfg.q_min, step_generator(cfg.seed, self.draws, 0),
+            policy=cfg.prompt_policy, unseen=signals.unseen,
+        )  # fmt: skip
         self.draws += 1
         kept = draw.mask.nonzero().flatten().tolist()
         if not kept:  # OpenRLHF's loop would draw again for the same step: a biased step (core.sampling)

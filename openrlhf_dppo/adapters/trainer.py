@@ -47,9 +47,8 @@ import torch
 from openrlhf.trainer import ppo_trainer
 from openrlhf.utils.logging_utils import init_logger
 
-from openrlhf_dppo import precision, prompt_log
+from openrlhf_dppo import precision
 from openrlhf_dppo import run_dir as rd
-from openrlhf_dppo.adapters import packing
 from openrlhf_dppo.adapters._ray import remote_like, swap_attr, unwrap_actor_class
 from openrlhf_dppo.adapters.dispatch import num_optimizer_steps
 from openrlhf_dppo.adapters.experience_maker import (
@@ -170,7 +169,7 @@ _BasePPOTrainer: Any = ppo_trainer.BasePPOTrainer
 
 class DPPOSteps(_BasePPOTrainer):
     """What the sync trainer and the async training actor (``adapters.async_trainer``) share: one step
-    (``train_step``: rollout statistics, the DPPO or counting step, the accounting check, the prompt log),
+    (``train_step``: rollout statistics, the DPPO or counting step, the accounting check),
     the run directory and the DPPO state in the checkpoints. Listed before OpenRLHF's trainer class
     (``PPOTrainer``, ``TrainingActor``): ``super()`` reaches its methods, then ``BasePPOTrainer``'s. Hooks:
     ``_observe_rates`` (the all-equal share to the rate control, where the prompts are drawn) and
@@ -209,7 +208,6 @@ class DPPOSteps(_BasePPOTrainer):
         G = self.args.rollout.n_samples_per_prompt
         rolled_out = list(rollout_samples) + ctx.filtered
         stats = rollout_stats(rolled_out, G, ctx)
-        logged = self._prompt_rows(ctx, rolled_out, G) if self.dppo.prompt_log and stats is not None else None
         if self.dppo.enable:  # OpenRLHF calls balance_experiences by its module-global name (see adapters)
             with swap_attr(ppo_trainer, "balance_experiences", planned_balance):
                 status, step = super().train_step(rollout_samples, global_step)
@@ -225,8 +223,6 @@ class DPPOSteps(_BasePPOTrainer):
             status[rd.REWARD_HT] = status[rd.REWARD_MEAN]
         status.update(ctx.metrics)
         check_accounting(status)
-        if logged is not None:
-            prompt_log.append(self.run_dir.path, ctx.step, *logged)
         return status, step
 
     def _unspread_step(self, rollout_samples, global_step):
@@ -244,17 +240,6 @@ class DPPOSteps(_BasePPOTrainer):
         status = {rd.SAMPLES_TRAINED: 0.0, rd.TOKENS_TRAINED: 0.0, rd.SAMPLES_FILLERS: 0.0, rd.TOKENS_FILLERS: 0.0,
                   rd.SAMPLES_PRUNED: 0.0, rd.TOKENS_PRUNED: 0.0, rd.SAMPLES_UNTRAINED: n, rd.TOKENS_UNTRAINED: tokens}  # fmt: skip
         return status, global_step + 1
-
-    def _prompt_rows(self, ctx: StepContext, rolled_out, G: int):
-        """``--dppo.prompt_log``: the step's rolled-out groups for ``prompt_log.append`` (dynamic filtering's
-        dropped ones too) as (dataset indices, q (1 where DPPO did not draw it), RAW rewards (n, G), response
-        lengths in tokens (n, G)), taken before the experience maker applies any length penalty to the samples
-        in place."""
-        rewards = torch.cat([s.rewards.reshape(-1) for s in rolled_out]).to(torch.float64).reshape(-1, G)
-        tags = [ctx.prompts[sample.prompts[0]] for sample in rolled_out[::G]]  # the generator tags every one
-        index, q = [t.index for t in tags], [t.q for t in tags]
-        lengths = [response_tokens(s) for s in rolled_out]
-        return index, q, rewards.tolist(), [lengths[j : j + G] for j in range(0, len(lengths), G)]
 
     # ---- logs, checkpoints, evaluation -----------------------------------------------------------
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
@@ -292,7 +277,7 @@ class DPPOSteps(_BasePPOTrainer):
             raise
         reason = None
         if self.step_limit is not None and self._last_step < self.step_limit:
-            # the prompts ran out first (refill and dynamic filtering draw more than a batch per step)
+            # the prompts ran out first (dynamic filtering draws more than a batch per step)
             reason = (
                 f"the prompt data ran out after {self._last_step} of --dppo.max_steps {self.step_limit} steps; "
                 "raise --train.num_episodes"
@@ -319,7 +304,6 @@ class _DPPOTrainer(DPPOSteps, _PPOTrainerBase):
             reference_model_group, vllm_engines, **generate_kwargs,
         )  # fmt: skip
         args = strategy.args
-        packing.register()  # this actor's process plans the packing
         self.samples_generator = DPPOSamplesGenerator(
             strategy=strategy, prompts_dataloader=self.prompts_dataloader, eval_dataloader=self.eval_dataloader,
             tokenizer=self.tokenizer, vllm_engines=vllm_engines, dppo=dppo, step_limit=run.max_steps,

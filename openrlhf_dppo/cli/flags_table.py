@@ -27,7 +27,7 @@ def _cell(text: str) -> str:
 
 
 def markdown_table() -> str:
-    """| flag | default | meaning | -- one row per --dppo.* flag; choices listed from the registries."""
+    """| flag | default | meaning | -- one row per --dppo.* flag, its choices listed."""
     rows = ["| flag | default | meaning |", "|---|---|---|"]
     for spec in flag_specs():
         meaning = _cell(spec.help)

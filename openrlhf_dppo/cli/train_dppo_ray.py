@@ -8,8 +8,7 @@ imports, Ray among them, are not run: ``ast`` checks that the block needs nothin
 standard-library imports), with two statements replaced -- each must read exactly as below:
 
 1. ``args = parser.parse_args()``  ->  ``args = __dppo_parse_args__(parser)``: adds the generated
-   ``DPPO`` argument group (``openrlhf_dppo.cli.flags``; ``--help`` lists it), parses, applies
-   ``--dppo.mode``'s preset to the fields the command line left unset (``flags.apply_mode``), and
+   ``DPPO`` argument group (``openrlhf_dppo.cli.flags``; ``--help`` lists it), parses, and
    validates DPPO's flags, its requirements and the input files (``openrlhf_dppo.cli.validate``) BEFORE
    OpenRLHF's validation; then, with DPPO on, turns on ``--train.dynamic_batch_enable`` (DPPO trains
    through the packing path; OpenRLHF's validation then sets ``--ds.packing_samples`` and the rollout
@@ -39,7 +38,7 @@ import time
 from types import SimpleNamespace
 from typing import Callable, Sequence
 
-from openrlhf_dppo.cli.flags import add_dppo_arguments, apply_mode, parse_given, preset_fields
+from openrlhf_dppo.cli.flags import add_dppo_arguments
 from openrlhf_dppo.cli.validate import FlagError, limit_notices, validate
 from openrlhf_dppo.compat import cpu
 from openrlhf_dppo.precision import PrecisionError, prepare_parser
@@ -131,15 +130,6 @@ def _apply_cpu_compat(args) -> None:
     cpu.apply(fake_gpus=cpu.stand_in_gpus(args), precision=args.ds.param_dtype, choice=choice)
 
 
-def _refusal(flags: dict) -> str | None:
-    """Why ``validate`` refuses the flat namespace ``flags`` (input files not looked at), or None."""
-    try:
-        validate(flags, check_inputs=False)
-    except FlagError as err:
-        return str(err)
-    return None
-
-
 def main(
     argv: Sequence[str] | None = None, train_fn: Callable | None = None, check_inputs: bool | None = None
 ):
@@ -169,7 +159,7 @@ def main(
         raise SystemExit(f"train_dppo_ray: --config: {err}") from err
     origin, tree = _load_openrlhf_main()
     state = SimpleNamespace(
-        cfg=None, opts=None, result=None, parser=None, training=False, choice=None, dtype=None, mode=None
+        cfg=None, opts=None, result=None, parser=None, training=False, choice=None, dtype=None
     )
 
     def parse_hook(parser: argparse.ArgumentParser):
@@ -181,16 +171,13 @@ def main(
         # on a CPU run: --ds.param_dtype takes fp32 and defaults to the CPU's choice (not known yet: settled
         # in train_hook)
         state.dtype = prepare_parser(parser, None if state.choice is None else state.choice.device)
-        ns, given = parse_given(parser, argv, preset_fields())
-        # --dppo.mode: the preset sets what the command line did not, where its other flags accept it
-        flags, state.mode = apply_mode(vars(ns), given, _refusal)
-        ns = argparse.Namespace(**flags)
+        ns = parser.parse_args(argv)
+        flags = vars(ns)
         try:  # before OpenRLHF's validation, whose asserts would hide DPPO's reasons
             state.cfg, state.opts = validate(flags, check_inputs=check_inputs)
         except FlagError as err:  # the message alone: OpenRLHF's usage text runs to hundreds of lines
             parser.exit(2, f"{parser.prog}: error: {err}\n")
-        notes = state.cfg.notices() + limit_notices(vars(ns), state.cfg.enable)
-        for line in ([state.mode.note()] if state.mode else []) + notes:
+        for line in state.cfg.notices() + limit_notices(flags, state.cfg.enable):
             print(f"[openrlhf-dppo] {line}")
         if state.cfg.enable and not getattr(ns, "train.dynamic_batch_enable"):
             print("[openrlhf-dppo] DPPO trains packed micro-batches: turning on --train.dynamic_batch_enable")
@@ -218,8 +205,7 @@ def main(
 
         opts = state.opts
         run = RunMeta(
-            argv=[*(state.mode.flags() if state.mode else []), *argv],  # the preset's values as flags
-            start_time=start_time, run_dir=opts.run_dir, max_steps=opts.max_steps,
+            argv=argv, start_time=start_time, run_dir=opts.run_dir, max_steps=opts.max_steps,
             schedule_steps=opts.schedule_steps, device=state.choice.device,
         )  # fmt: skip
         install(state.cfg, run)  # the config and run options validated above, passed as they are

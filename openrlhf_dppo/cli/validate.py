@@ -34,7 +34,7 @@ import re
 
 from openrlhf_dppo.cli import inputs
 from openrlhf_dppo.cli.flags import build_options, dppo_values_from_flags
-from openrlhf_dppo.core.config import DPPOConfig, DPPOConfigError
+from openrlhf_dppo.core.config import DPPOConfigError
 from openrlhf_dppo.core.packing import micro_batch_capacity
 
 #: estimators whose advantages DPPO computes on the full groups (core.group_advantages); REINFORCE++-baseline's
@@ -63,9 +63,9 @@ def validate(flags: dict, check_inputs: bool = True):
     try:
         cfg, run = build_options(dppo_values_from_flags(flags))
     except DPPOConfigError as err:
-        raise FlagError(f"--dppo.{err.field}", f"{err.value!r} {err.reason}") from err
+        raise FlagError(f"--dppo.{err.field}", f"{err.value!r}: {err.reason}") from err
     if cfg.enable:
-        check_dppo_requirements(flags, cfg)
+        check_dppo_requirements(flags)
     check_host_asserts(flags)  # first: it refuses a ring or tensor-parallel size below 1 by name
     check_limits(flags, dppo=cfg.enable)
     check_steps_per_batch(flags, dppo=cfg.enable, short_batch=cfg.short_batch)
@@ -75,7 +75,7 @@ def validate(flags: dict, check_inputs: bool = True):
     return cfg, run
 
 
-def check_dppo_requirements(flags: dict, cfg: DPPOConfig) -> None:
+def check_dppo_requirements(flags: dict) -> None:
     """What a DPPO run needs from OpenRLHF's flags, with the reason."""
     engines = flags["vllm.num_engines"]
     if engines is None or engines < 1:
@@ -119,16 +119,6 @@ def check_dppo_requirements(flags: dict, cfg: DPPOConfig) -> None:
         raise FlagError(
             "--rollout.vllm_generate_batch_size",
             "DPPO prunes each step's drawn prompt batch; it must equal --rollout.batch_size.",
-        )
-    if cfg.prompt_batch == "refill" and cfg.prompt_prune_rate > 0 and cfg.sampling != "systematic":
-        b = flags["rollout.batch_size"]
-        raise FlagError(
-            "--dppo.prompt_batch",
-            f"refill needs --dppo.sampling systematic. It draws {cfg.prompts_drawn(b)} prompts per step "
-            f"(--rollout.batch_size {b} / (1 - r_q)) and rolls out every kept one: a fixed kept count makes "
-            f"that about {b} (within one) once the history knows the prompts (bernoulli would vary it from step "
-            f"to step). While they are unseen (q = 1, all of epoch 1, unless --dppo.unseen_prompts mean) a step "
-            f"rolls out up to {cfg.prompts_drawn(b)}, in GRPO's number of optimizer steps.",
         )
     coef = flags["actor.aux_loss_coef"]
     if coef and coef > 0:

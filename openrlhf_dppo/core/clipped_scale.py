@@ -5,10 +5,7 @@ sum_i clip(c * s_i, lo_i, 1) = K  and return p_i = clip(c * s_i, lo_i, 1). The l
 linear and non-decreasing in c, so ``solve_clipped_scale`` finds c EXACTLY (up to float64 rounding) from
 the sorted breakpoints instead of by bisection: same answer as a bisection run to convergence
 (``tests/core/test_keep_probs.py`` checks this against a bisection reference), in one vectorised pass.
-Used by the prompt level, by the completion policies that are a clipped scale of a score, and by the
-fixed-size rescale of ``sampling``. With ``weight`` w_i > 0 the sum is weighted,
-sum_i w_i clip(c * s_i, lo_i, 1) = K: the prompt level's ``sqrt`` policy spends a budget of expected
-cost (w = each prompt's cost) rather than of expected count.
+Used by both levels' keep probabilities and by the fixed-size rescale of ``sampling``.
 """
 
 from __future__ import annotations
@@ -19,12 +16,11 @@ _TOL = 1e-9
 
 
 def solve_clipped_scale(
-    s: torch.Tensor, lo: torch.Tensor, budget: torch.Tensor, weight: torch.Tensor | None = None
+    s: torch.Tensor, lo: torch.Tensor, budget: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row-wise exact solve of  sum_i w_i clip(c * s_i, lo_i, 1) = budget  (w_i = 1 without ``weight``).
+    """Row-wise exact solve of  sum_i clip(c * s_i, lo_i, 1) = budget.
 
-    s: (R, N) float, s >= 0;  lo: (R, N) float in [0, 1];  budget: (R,) float;
-    weight: optional (R, N) float > 0 (the sums below are then weighted).
+    s: (R, N) float, s >= 0;  lo: (R, N) float in [0, 1];  budget: (R,) float.
     Items with s = 0 sit at lo_i; only when the budget exceeds what the scored items can carry (all
     at 1) do the items with s = 0 and lo_i > 0 rise together (a second solve with score 1 each).
     returns: p (R, N) float64 with rows summing to budget (up to rounding), and status (R,) int64:
@@ -34,7 +30,6 @@ def solve_clipped_scale(
     s = s.to(torch.float64)
     lo = lo.to(torch.float64).clamp(0.0, 1.0)
     budget = budget.to(torch.float64)
-    w = torch.ones_like(s) if weight is None else weight.to(torch.float64)
     R, N = s.shape
     if N == 0:
         return s.clone(), torch.where(budget > _TOL, 2, 0).to(torch.int64)
@@ -47,13 +42,13 @@ def solve_clipped_scale(
     # items without a linear part (s == 0) get a zero-slope event at the last breakpoint (finite)
     a = torch.where(pos, a, top.expand_as(a))
     b = torch.where(pos, b, top.expand_as(b))
-    ds = torch.where(pos, w * s, torch.zeros_like(s))
+    ds = torch.where(pos, s, torch.zeros_like(s))
     t = torch.cat([a, b], dim=1)  # (R, 2N)
     d = torch.cat([ds, -ds], dim=1)
     t, order = t.sort(dim=1, stable=True)
     d = d.gather(1, order)
     slope = d.cumsum(dim=1).clamp_min(0.0)  # slope of f just after each breakpoint
-    f0 = (w * lo).sum(dim=1, keepdim=True)
+    f0 = lo.sum(dim=1, keepdim=True)
     gaps = torch.diff(t, dim=1)
     f = torch.cat([f0, f0 + (slope[:, :-1] * gaps).cumsum(dim=1)], dim=1)  # f at each breakpoint
     fmax = f[:, -1]
@@ -71,13 +66,13 @@ def solve_clipped_scale(
     status[below] = 1
     status[above] = 2
     # second tier: a budget above what the scored items carry (all at 1) goes to the items that have
-    # a floor but no score (A == 0 under ``proportional``, a score-0 prompt): they rise together
+    # a floor but no score (a score-0 prompt): they rise together
     floor_only = ~pos & (lo > 0)
     spill = above & floor_only.any(dim=1)
     if spill.any():
-        rest = budget - torch.where(pos, w, 0.0).sum(dim=1)
+        rest = budget - pos.sum(dim=1).to(torch.float64)
         p2, status2 = solve_clipped_scale(
-            floor_only.to(torch.float64), torch.where(floor_only, lo, 0.0), rest, w
+            floor_only.to(torch.float64), torch.where(floor_only, lo, 0.0), rest
         )
         p = torch.where(spill[:, None] & floor_only, p2, p)
         status = torch.where(spill, status2, status)

@@ -1,21 +1,18 @@
 """Dense Prompt Packing (METHOD.md, "Dense Prompt Packing"): pack kept sequences into micro-batches of
 at most ``capacity`` tokens and spread them over data-parallel ranks.
 
-Packers, registered in ``PACKERS`` (each maps lengths to bins; the distribution step is shared; the
-``openrlhf`` packer is declared here and registered by ``openrlhf_dppo.adapters.packing``):
-- ``window`` (the paper's window-based greedy): sequences sorted by length, longest first (ties by
-  index); at most ``window`` open bins; each sequence goes to the open bin it fills best (least room
-  left that still fits); when none fits, a new bin is opened and, if ``window`` bins are open already,
-  the fullest one is closed first. Two steps go beyond the paper: (1) a bin that leaves the window
-  is first filled best-fit from the sequences not yet placed (repeatedly the longest that still
-  fits); without this, a small window closes bins whose room only the short sequences at the end
-  of the order could use (density 0.85 instead of 0.999 at W = 8 on log-normal lengths); (2) a bin
-  whose room is below the shortest unplaced sequence is closed at once, freeing its window slot.
-  With (1) the result no longer depends much on W (on the benchmark lengths it equals FFD's).
-  Unplaced sequences are kept in buckets by length with a union-find "next non-empty bucket"
-  pointer, so a best-fit lookup is one bisection: about O(n log n) overall, 100k sequences in
-  ~0.1 s of CPU (benchmarks/INFRA.md, "Packing").
-- ``ffd``: first-fit decreasing over all bins (segment tree of the rooms, O(n log n)); the baseline.
+The packer (``window_best_fit``, the paper's window-based greedy): sequences sorted by length, longest
+first (ties by index); at most ``WINDOW`` open bins; each sequence goes to the open bin it fills best
+(least room left that still fits); when none fits, a new bin is opened and, if ``WINDOW`` bins are open
+already, the fullest one is closed first. Two steps go beyond the paper: (1) a bin that leaves the window is
+first filled best-fit from the sequences not yet placed (repeatedly the longest that still fits);
+without this, a small window closes bins whose room only the short sequences at the end of the order
+could use (density 0.85 instead of 0.999 at W = 8 on log-normal lengths); (2) a bin whose room is below
+the shortest unplaced sequence is closed at once, freeing its window slot.
+With (1) the result no longer depends much on W (on the benchmark lengths it equals first-fit
+decreasing's). Unplaced sequences are kept in buckets by length with a union-find "next non-empty bucket"
+pointer, so a best-fit lookup is one bisection: about O(n log n) overall, 100k sequences in ~0.1 s of CPU
+(benchmarks/INFRA.md, "Packing").
 
 Distribution over ranks (shared): with M bins and k = ceil(M / dp_size) micro-batches per rank,
 k * dp_size - M extra micro-batches are made by splitting the currently heaviest bin that holds at
@@ -25,7 +22,7 @@ then dealt to ranks largest first, each to the lightest rank that still has fewe
 cardinality limit). Every rank gets exactly k micro-batches. Zero sequences give k = 0.
 
 A sequence longer than ``capacity`` goes into a micro-batch of its own, never split or truncated
-(``pack``, before any packer runs; ``fitting_bins``): as OpenRLHF's dynamic batch does, whose first fit
+(``pack``, before the packer runs; ``fitting_bins``): as OpenRLHF's dynamic batch does, whose first fit
 opens a micro-batch for it that nothing else enters. This departs from METHOD.md ("A sequence longer
 than C is an error"): a run whose ``--data.max_len`` exceeds the capacity trains as OpenRLHF trains it
 (``cli.validate`` says so at start), with that one micro-batch over the budget.
@@ -33,7 +30,7 @@ than C is an error"): a run whose ``--data.max_len`` exceeds the capacity trains
 Metrics: ``dppo/pack_density`` = tokens / the micro-batches' slots (``capacity`` each, a longer
 sequence's own length for its micro-batch); ``dppo/pack_micro_batches`` = k (per rank);
 ``dppo/pack_lower_bound`` = ceil(max(#longer than capacity + ceil(the others' tokens / capacity),
-#longer than capacity / 2) / dp_size), a lower bound on k for any packer; ``dppo/pack_rank_imbalance``
+#longer than capacity / 2) / dp_size), a lower bound on k for any packing; ``dppo/pack_rank_imbalance``
 = max rank tokens / mean rank tokens.
 """
 
@@ -46,7 +43,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from openrlhf_dppo.core.registry import Registry
 from openrlhf_dppo.metric_keys import (
     PACK_DENSITY,
     PACK_EMPTY_MICRO_BATCHES,
@@ -56,14 +52,7 @@ from openrlhf_dppo.metric_keys import (
     PACK_SEQUENCES,
 )
 
-PACKERS = Registry("packer")
-# OpenRLHF's own balanced partitioning, for comparison: the name is valid everywhere, the implementation
-# is registered by the adapter (core never imports the host).
-PACKERS.declare(
-    "openrlhf",
-    provider="openrlhf_dppo.adapters.packing",
-    help="OpenRLHF's own balanced partitions, for comparison; may exceed the budget like the host does",
-)
+WINDOW = 8  # open bins of the window packer
 
 
 @dataclass(frozen=True)
@@ -96,9 +85,8 @@ def _lengths(lengths) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-@PACKERS.register("window", help="window-based greedy best fit, the paper's")
 def window_best_fit(
-    lengths: np.ndarray, capacity: int, window: int = 8, fill_on_close: bool = True
+    lengths: np.ndarray, capacity: int, window: int = WINDOW, fill_on_close: bool = True
 ) -> tuple[list[list[int]], list[int]]:
     """lengths (n,) int64, each in [1, capacity] -> (bins as lists of indices, token load per bin).
     ``fill_on_close=False`` is the paper's plain window (no fill step), kept for the benchmark."""
@@ -185,34 +173,6 @@ def window_best_fit(
     return bins, [capacity - r for r in rooms]
 
 
-@PACKERS.register("ffd", help="first-fit decreasing")
-def first_fit_decreasing(
-    lengths: np.ndarray, capacity: int, window: int = 8
-) -> tuple[list[list[int]], list[int]]:
-    """lengths (n,) -> (bins, loads) by first-fit decreasing (``window`` is ignored)."""
-    n = lengths.size
-    if n == 0:
-        return [], []
-    order = np.argsort(-lengths, kind="stable")
-    size = 1 << max(n - 1, 1).bit_length()
-    tree = [capacity] * (2 * size)  # max room per subtree; leaf b = bin b (unused bins: full room)
-    bins: list[list[int]] = []
-    for length, idx in zip(lengths[order].tolist(), order.tolist()):
-        node = 1
-        while node < size:
-            node = 2 * node if tree[2 * node] >= length else 2 * node + 1
-        b = node - size
-        if b == len(bins):
-            bins.append([])
-        bins[b].append(idx)
-        tree[node] -= length
-        node >>= 1
-        while node:
-            tree[node] = max(tree[2 * node], tree[2 * node + 1])
-            node >>= 1
-    return bins, [capacity - tree[size + b] for b in range(len(bins))]
-
-
 def _split(bin_: list[int], lens: np.ndarray) -> tuple[list[int], list[int], int, int]:
     """Split a bin into two halves balanced by tokens (longest first into the lighter half)."""
     halves: tuple[list[int], list[int]] = ([], [])
@@ -259,41 +219,35 @@ def distribute(
     return ranks, rank_loads, empty
 
 
-def fitting_bins(
-    lengths: np.ndarray, capacity: int, window: int = 8, packer: str = "window"
-) -> tuple[list[list[int]], list[int]]:
+def fitting_bins(lengths: np.ndarray, capacity: int) -> tuple[list[list[int]], list[int]]:
     """lengths (n,) int64 >= 1 -> (bins, loads): every sequence longer than ``capacity`` alone in a bin
-    (in index order), then ``packer``'s bins of the others (indices into ``lengths``)."""
-    fn = PACKERS.get(packer)
+    (in index order), then the window packer's bins of the others (indices into ``lengths``)."""
     over = np.flatnonzero(lengths > capacity)
     rest = np.flatnonzero(lengths <= capacity)
     bins: list[list[int]] = [[int(i)] for i in over]
     loads = [int(lengths[i]) for i in over]
     if rest.size:
-        packed, packed_loads = fn(lengths[rest], capacity, window)
+        packed, packed_loads = window_best_fit(lengths[rest], capacity)
         bins += [[int(rest[j]) for j in b] for b in packed]
         loads += list(packed_loads)
     return bins, loads
 
 
-def pack(
-    lengths, capacity: int, dp_size: int = 1, window: int = 8, packer: str = "window"
-) -> tuple[PackPlan, dict]:
+def pack(lengths, capacity: int, dp_size: int = 1) -> tuple[PackPlan, dict]:
     """Pack sequences into micro-batches of at most ``capacity`` tokens, equal count per rank.
 
     lengths: (n,) ints (list, numpy or torch), the full length (prompt + response) of each sequence.
-    capacity: tokens per micro-batch (per GPU).  dp_size: data-parallel ranks.  window: open bins
-    (``window`` packer).  packer: a name in ``PACKERS``.
+    capacity: tokens per micro-batch (per GPU).  dp_size: data-parallel ranks.
     returns: (PackPlan, metrics). A sequence longer than ``capacity`` is a micro-batch of its own (module
-    docstring). Raises ValueError for a length < 1, capacity < 1, dp_size < 1 or window < 1.
+    docstring). Raises ValueError for a length < 1, capacity < 1 or dp_size < 1.
     """
-    if capacity < 1 or dp_size < 1 or window < 1:
-        raise ValueError(f"capacity, dp_size and window must be >= 1 (got {capacity}, {dp_size}, {window})")
+    if capacity < 1 or dp_size < 1:
+        raise ValueError(f"capacity and dp_size must be >= 1 (got {capacity}, {dp_size})")
     lens = _lengths(lengths)
     if lens.size and lens.min() < 1:
         i = int(np.argmin(lens))
         raise ValueError(f"sequence {i} has length {int(lens[i])}; every sequence needs >= 1 token")
-    bins, loads = fitting_bins(lens, int(capacity), int(window), packer)
+    bins, loads = fitting_bins(lens, int(capacity))
     ranks, rank_loads, empty = distribute(bins, loads, lens, int(dp_size))
     plan = PackPlan(rank_micro_batches=ranks, rank_loads=rank_loads, capacity=int(capacity))
     return plan, pack_metrics(lens, plan, dp_size, empty)
@@ -322,17 +276,19 @@ def pack_metrics(lengths: np.ndarray, plan: PackPlan, dp_size: int, empty: int =
 def micro_batch_capacity(max_tokens_per_gpu: int, ring_attn_size: int, tensor_parallel_size: int) -> int:
     """Tokens one packed training micro-batch holds: the per-GPU budget times the GPUs that share a
     sequence (a ring-attention group splits it along its length, a DeepSpeed tensor-parallel group
-    computes it together). The capacity DPPO's packer packs under (``adapters.experience_maker``, ``adapters.dispatch``) and
+    computes it together). The capacity DPPO's packer packs under (``adapters.experience_maker``,
+    ``adapters.dispatch``) and
     OpenRLHF's dynamic batch (``get_minimum_num_micro_batch_size``) counts with."""
     return max_tokens_per_gpu * ring_attn_size * tensor_parallel_size
 
 
 __all__ = [
-    "PACKERS",
+    "WINDOW",
     "PackPlan",
     "distribute",
     "fitting_bins",
     "micro_batch_capacity",
+    "window_best_fit",
     "pack",
     "pack_metrics",
 ]

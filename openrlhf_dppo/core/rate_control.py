@@ -1,14 +1,14 @@
 """The prompt prune rate of each draw (``--dppo.prompt_rate_control``; beyond the paper).
 
 - ``fixed``: every draw prunes at ``--dppo.prompt_prune_rate`` (METHOD.md, "Level 1").
-- ``zero-share``: a draw prunes at the share of the drawn prompts whose G rewards were all equal in the
-  past steps, capped at ``--dppo.prompt_prune_rate_max``; ``--dppo.prompt_prune_rate`` until a step was
+- ``zero-share`` (the default): a draw prunes at the share of the drawn prompts whose G rewards were all
+  equal in the past steps, capped at ``ZERO_SHARE_CAP``; ``--dppo.prompt_prune_rate`` until a step was
   measured. Such a group has advantage 0 under a group estimator and no policy gradient (without a KL or
-  entropy term), so that share is what pruning can skip at no cost to GRPO's gradient: the lossless
-  limit of ``report.speedup``. The share is the Horvitz-Thompson estimate for each step's drawn batch
-  (``rollout/equal_reward_frac_ht``, ``core.reward_stats``: unbiased under the step's own pruning, where
-  the plain rolled-out share would be tilted towards the prompts the score keeps), smoothed over steps by
-  an exponential moving average (weight ``SMOOTHING`` on the past).
+  entropy term), so that share is what pruning can skip at no cost to GRPO's gradient. The share is the
+  Horvitz-Thompson estimate for each step's drawn batch (``rollout/equal_reward_frac_ht``,
+  ``core.reward_stats``: unbiased under the step's own pruning, where the plain rolled-out share would be
+  tilted towards the prompts the score keeps), smoothed over steps by an exponential moving average
+  (weight ``SMOOTHING`` on the past).
 
 Unbiasedness: the rate of a draw is a function of earlier steps' rollouts only. Given them, q of every
 drawn prompt is fixed before this step's rollout, and E[mask / q] = 1 holds as with a fixed rate
@@ -22,17 +22,18 @@ from dataclasses import dataclass
 
 RATE_CONTROLS = ("fixed", "zero-share")
 SMOOTHING = 0.8  # weight of the past in the moving average: about the last 5 steps count
+ZERO_SHARE_CAP = 0.7  # the highest prune rate zero-share sets (so q_min <= 0.3 under it)
 _STATE_VERSION = 1
 
 
 @dataclass
 class PromptRateControl:
-    """The rate rule and its state. ``initial``: ``--dppo.prompt_prune_rate``; ``cap``:
-    ``--dppo.prompt_prune_rate_max`` (zero-share only)."""
+    """The rate rule and its state. ``initial``: ``--dppo.prompt_prune_rate``; ``cap``: the highest rate
+    zero-share sets."""
 
     mode: str = "fixed"
     initial: float = 0.0
-    cap: float = 0.7
+    cap: float = ZERO_SHARE_CAP
     smoothing: float = SMOOTHING
     share: float | None = None  # smoothed all-equal share (None: no step measured yet)
 
@@ -49,7 +50,7 @@ class PromptRateControl:
     @classmethod
     def from_config(cls, cfg) -> PromptRateControl:
         """From a ``DPPOConfig`` (its fields are validated there)."""
-        return cls(mode=cfg.prompt_rate_control, initial=cfg.prompt_prune_rate, cap=cfg.prompt_prune_rate_max)
+        return cls(mode=cfg.prompt_rate_control, initial=cfg.prompt_prune_rate)
 
     def rate(self) -> float:
         """The prune rate r_q of the next draw."""
@@ -82,4 +83,4 @@ class PromptRateControl:
         self.share = None if state["share"] is None else float(state["share"])
 
 
-__all__ = ["RATE_CONTROLS", "SMOOTHING", "PromptRateControl"]
+__all__ = ["RATE_CONTROLS", "SMOOTHING", "ZERO_SHARE_CAP", "PromptRateControl"]

@@ -1,38 +1,28 @@
-"""Sampling designs: draw a keep mask with given inclusion probabilities (METHOD.md, "The unbiased
+"""The sampling design: draw a keep mask with given inclusion probabilities (METHOD.md, "The unbiased
 estimator" and the remark on fixed-size designs).
 
-Registered in ``SAMPLING_DESIGNS``:
-- ``bernoulli``: independent draws, item i kept with probability p_i; the kept count is random.
-- ``systematic``: a fixed-size design with the same inclusion probabilities. The items are put in a
-  random order (a fresh permutation per draw, so no pair of items is tied to the input order), the
-  cumulative sums S_k of p are laid on a line, and the points u, u + 1, u + 2, ... with u ~ U[0, 1)
-  select the items whose interval [S_{k-1}, S_k) they hit. Item i is kept with probability exactly p_i
-  and the kept count is exactly sum(p) when that sum is an integer. Items with p = 1 are always kept,
-  items with p = 0 never.
+Systematic sampling, a fixed-size design: the items are put in a random order (a fresh permutation per
+draw, so no pair of items is tied to the input order), the cumulative sums S_k of p are laid on a line,
+and the points u, u + 1, u + 2, ... with u ~ U[0, 1) select the items whose interval [S_{k-1}, S_k) they
+hit. Item i is kept with probability exactly p_i and the kept count is exactly sum(p) when that sum is an
+integer. Items with p = 1 are always kept, items with p = 0 never.
 
-Fixed kept count: before a fixed-size draw, ``fixed_size_probs`` moves sum(p) to the multiple of
-``multiple_of`` nearest to it (``multiple_of=1``: the nearest integer) that can be reached while the
-items with p = 1 STAY at 1 (unseen prompts, uniform-low's high-|A| completions): only the other
-positive items are rescaled, q_i = clip(c * p_i, lo, 1) (exact solve, see
-``clipped_scale.solve_clipped_scale``), with the floor lo their smallest probability, so floors survive
-the rescale; p = 0 stays 0. Only when no multiple is reachable that way are the p = 1 items scaled too
-(every positive item, same floor: the fallback, status 1); when no multiple is reachable at all, the
-nearest reachable integer is used with the p = 1 items held (status 2: the count is exact but not a
-multiple). A row whose sum already is such a multiple is returned unchanged. ``sample_mask`` returns
-the probabilities it actually used: the weights MUST be 1 / p_used, otherwise the estimator is biased.
+Fixed kept count: before the draw, ``fixed_size_probs`` moves sum(p) to the multiple of ``multiple_of``
+nearest to it (``multiple_of=1``: the nearest integer) that can be reached while the items with p = 1
+STAY at 1 (uniform-low's high-|A| completions): only the other positive items are rescaled,
+q_i = clip(c * p_i, lo, 1) (exact solve, see ``clipped_scale.solve_clipped_scale``), with the floor lo
+their smallest probability, so floors survive the rescale; p = 0 stays 0. Only when no multiple is
+reachable that way are the p = 1 items scaled too (every positive item, same floor: the fallback, status
+1); when no multiple is reachable at all, the nearest reachable integer is used with the p = 1 items held
+(status 2: the count is exact but not a multiple). A row whose sum already is such a multiple is returned
+unchanged. ``sample_mask`` returns the probabilities it actually used: the weights MUST be 1 / p_used,
+otherwise the estimator is biased.
 
-Bernoulli cannot guarantee a count, so ``multiple_of > 1`` with a non-fixed-size design is refused.
-
-Never empty (``nonempty=True``, the prompt level): OpenRLHF's loop answers a step without rollouts by
-asking for the next prompt batch, so a Bernoulli draw that keeps nothing would make the step's estimate
-conditional on a non-empty draw, E = g / P(non-empty). Instead a row that keeps nothing is drawn again
-(rejective sampling): the kept set is then distributed as the Bernoulli set given that it is not
-empty, and as item i is never kept in an empty set, its inclusion probability is exactly
-pi_i = p_i / P(non-empty), P(non-empty) = 1 - prod_k (1 - p_k). ``p_used`` is that pi, so 1 / p_used
-stays the Horvitz-Thompson weight and the estimator stays unbiased with no empty step possible. A
-fixed-size design needs no redraw: its count is at least 1 whenever sum(p) > 0 (``fixed_size_probs``).
-Draws are reproducible: all randomness comes from the ``torch.Generator`` passed in
-(``step_generator`` derives one per (seed, step, stream)).
+Never empty: a row with a positive probability keeps at least one item (its rescaled sum is at least the
+ceiling of its floors, >= 1), so a prompt draw never leaves a step without rollouts (OpenRLHF's loop would
+answer an empty step by drawing again, which conditions the step on a non-empty draw).
+Draws are reproducible: all randomness comes from the ``torch.Generator`` passed in (``step_generator``
+derives one per (seed, step, stream)).
 """
 
 from __future__ import annotations
@@ -41,11 +31,6 @@ import numpy as np
 import torch
 
 from openrlhf_dppo.core.clipped_scale import solve_clipped_scale
-from openrlhf_dppo.core.registry import Registry
-
-SAMPLING_DESIGNS = Registry("sampling design")
-#: designs whose kept count is fixed by sum(p) (so it can be made a multiple of the DP size)
-FIXED_SIZE_DESIGNS: set[str] = set()
 
 _EPS = 1e-9
 
@@ -58,30 +43,6 @@ def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
-@SAMPLING_DESIGNS.register(
-    "bernoulli", help="independent draws; a prompt draw that keeps nothing is drawn again, weighted exactly"
-)
-def _bernoulli(p: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """p: (R, N) -> mask (R, N) bool, independent draws."""
-    return torch.rand(p.shape, generator=generator, dtype=torch.float64) < p
-
-
-def _nonempty_rows(p: torch.Tensor, mask: torch.Tensor, fn, generator: torch.Generator):
-    """Redraw every row of ``mask`` that kept nothing (each redraw uses ``fn`` on the whole row);
-    returns (mask, p / P(row non-empty)). p: (R, N) float64 with a positive entry in every row."""
-    if (p.sum(dim=1) <= 0).any():
-        raise ValueError("a row with every probability 0 can never keep an item (nonempty=True)")
-    empty = ~mask.any(dim=1)
-    while empty.any():
-        mask[empty] = fn(p[empty], generator)
-        empty = ~mask.any(dim=1)
-    p_nonempty = -torch.expm1(torch.log1p(-p.clamp_max(1.0)).sum(dim=1, keepdim=True))
-    return mask, (p / p_nonempty).clamp_max(1.0)
-
-
-@SAMPLING_DESIGNS.register(
-    "systematic", help="fixed kept count; the completion count is a multiple of the data-parallel size"
-)
 def _systematic(p: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """p: (R, N) -> mask (R, N) bool; randomly ordered systematic sampling, one start per row."""
     R, N = p.shape
@@ -99,9 +60,6 @@ def _systematic(p: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     picked = torch.zeros(R, N, dtype=torch.bool)
     picked.scatter_(1, perm, hits > prev)
     return picked | certain
-
-
-FIXED_SIZE_DESIGNS.add("systematic")
 
 
 def _nearest_multiple(total, low, high, m: float):
@@ -165,36 +123,20 @@ def fixed_size_probs(p: torch.Tensor, multiple_of: int = 1) -> tuple[torch.Tenso
 
 
 def sample_mask(
-    p: torch.Tensor, design: str, generator: torch.Generator, multiple_of: int = 1, nonempty: bool = False
+    p: torch.Tensor, generator: torch.Generator, multiple_of: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw a keep mask.
+    """Draw a keep mask by systematic sampling.
 
     p: (N,) or (R, N) inclusion probabilities in [0, 1] (rows independent).
-    design: a name in ``SAMPLING_DESIGNS``.  generator: the only source of randomness.
-    multiple_of: for a fixed-size design the kept count is made a multiple of it (1: an integer);
-      must be 1 for ``bernoulli``.
-    nonempty: every row keeps at least one item (see "Never empty" above); p_used is then the
-      inclusion probability given that, p / P(row non-empty).
+    generator: the only source of randomness.  multiple_of: the kept count is made a multiple of it
+      (1: an integer; ``fixed_size_probs``).
     returns: (mask bool like p, p_used float64 like p) -- weight kept items by 1 / p_used.
     """
-    fn = SAMPLING_DESIGNS.get(design)
     if p.dim() not in (1, 2):
         raise ValueError(f"p must have shape (N,) or (R, N), got {tuple(p.shape)}")
     P = p.to(torch.float64)
     if torch.isnan(P).any() or (P < 0).any() or (P > 1).any():
         raise ValueError("inclusion probabilities must lie in [0, 1]")
-    if design in FIXED_SIZE_DESIGNS:
-        P, _ = fixed_size_probs(P, multiple_of)
-    elif multiple_of != 1:
-        raise ValueError(
-            f"multiple_of={multiple_of} needs a fixed-size design ({', '.join(sorted(FIXED_SIZE_DESIGNS))}); "
-            f"{design!r} has a random kept count"
-        )
-    rows = P[None] if P.dim() == 1 else P
-    mask = fn(rows, generator)
-    if nonempty and design not in FIXED_SIZE_DESIGNS and rows.shape[1]:
-        if design != "bernoulli":  # pi = p / P(non-empty) holds for independent draws only
-            raise ValueError(f"nonempty=True is defined for bernoulli and fixed-size designs, not {design!r}")
-        mask, rows = _nonempty_rows(rows, mask, fn, generator)
-        P = rows.reshape(P.shape)
+    P, _ = fixed_size_probs(P, multiple_of)
+    mask = _systematic(P[None] if P.dim() == 1 else P, generator)
     return mask.reshape(p.shape), P

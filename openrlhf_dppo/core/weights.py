@@ -8,9 +8,7 @@ history, the completion mask is drawn given the rollouts). The estimator
 
 is unbiased for the full-batch gradient when Z is the FULL-batch normaliser:
 - seq-mean: Z = B * G with B the number of prompts DRAWN (before prompt pruning);
-- token-mean, ``"constant"``: a fixed Z chosen up front (e.g. B * G * max_new_tokens, Dr.GRPO
-  style): exactly unbiased;
-- token-mean, ``"ht"``: the Horvitz-Thompson estimate Z_hat = sum over rolled-out prompts of
+- token-mean: the Horvitz-Thompson estimate Z_hat = sum over rolled-out prompts of
   w_j * T_j, with T_j the response tokens of ALL G completions of prompt j (pruned completions were
   generated, so T_j is known). Z_hat is unbiased for the full token count, but g_hat / Z_hat is a ratio
   and therefore only consistent, not exactly unbiased. With no prompt pruning Z_hat is exact.
@@ -27,8 +25,6 @@ import torch
 
 from openrlhf_dppo.core.metrics import as_float
 from openrlhf_dppo.metric_keys import NORMALIZER, WEIGHT_ESS, WEIGHT_ESS_FRAC, WEIGHT_MAX, WEIGHT_MEAN
-
-TOKEN_NORMALIZERS = ("ht", "constant")
 
 
 def inverse_prob_weights(p: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -115,36 +111,25 @@ def full_batch_normalizer(
     group_size: int,
     prompt_weights: torch.Tensor | None = None,
     prompt_tokens: torch.Tensor | None = None,
-    token_normalizer: str = "ht",
-    constant: float | None = None,
 ) -> tuple[float, dict]:
     """The normaliser Z of the full (unpruned) batch.
 
     token_level False (seq-mean): Z = num_prompts * group_size, num_prompts = prompts DRAWN (a count;
       for a filtered subset the Horvitz-Thompson count sum_j 1 / q_j, not a whole number).
-    token_level True, "ht": Z = sum_j prompt_weights_j * prompt_tokens_j over the rolled-out prompts;
+    token_level True: Z = sum_j prompt_weights_j * prompt_tokens_j over the rolled-out prompts;
       prompt_weights (B_kept,) = 1 / q_j; prompt_tokens (B_kept,) = response tokens of all G
       completions of prompt j (pruned completions included).
-    token_level True, "constant": Z = constant.
     returns: (Z, {"dppo/normalizer": Z}).
     """
     if not token_level:
         z = float(num_prompts * group_size)
-    elif token_normalizer == "constant":
-        if constant is None or constant <= 0:
-            raise ValueError("token_normalizer='constant' needs a positive constant")
-        z = float(constant)
-    elif token_normalizer == "ht":
+    else:
         if prompt_weights is None or prompt_tokens is None:
-            raise ValueError("token_normalizer='ht' needs prompt_weights and prompt_tokens")
+            raise ValueError("a token-level normaliser needs prompt_weights and prompt_tokens")
         if prompt_weights.shape != prompt_tokens.shape:
             raise ValueError(
                 f"prompt_weights {tuple(prompt_weights.shape)} and prompt_tokens "
                 f"{tuple(prompt_tokens.shape)} must match"
             )
         z = as_float((prompt_weights.to(torch.float64) * prompt_tokens.to(torch.float64)).sum())
-    else:
-        raise ValueError(
-            f"unknown token_normalizer {token_normalizer!r}; valid: {', '.join(TOKEN_NORMALIZERS)}"
-        )
     return z, {NORMALIZER: z}

@@ -13,14 +13,6 @@ import openrlhf_dppo  # noqa: F401
 sys.path.insert(0, os.path.dirname(__file__))
 
 
-@pytest.fixture(autouse=True, scope="session")
-def openrlhf_packer():
-    """The ``openrlhf`` packer, registered as the trainer actor registers it in its process."""
-    from openrlhf_dppo.adapters import packing
-
-    packing.register()
-
-
 @pytest.fixture
 def stand_in_ray(monkeypatch):
     """``ray.put/get/wait`` of OpenRLHF's trainer, experience maker and samples generator become plain

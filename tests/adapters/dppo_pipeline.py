@@ -119,7 +119,7 @@ def bare_trainer(args, cfg, run_dir, group):
     """A trainer object with the attributes BasePPOTrainer's hooks use (its __init__ needs Ray and a model)."""
     t = object.__new__(Trainer)
     t.args, t.strategy, t.dppo = args, SimpleNamespace(args=args), cfg
-    t.history = PromptHistory(10, decay=cfg.history_decay, prior=cfg.history_prior)
+    t.history = PromptHistory(10)
     gen = object.__new__(DPPOSamplesGenerator)  # the draw state only (its __init__ needs a dataloader)
     gen.dppo, gen.history, gen.draws, gen.rate_control = cfg, t.history, 0, PromptRateControl.from_config(cfg)
     t.samples_generator = gen

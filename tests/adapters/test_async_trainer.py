@@ -327,8 +327,7 @@ def test_the_generator_learns_a_batch_from_copies_and_the_trainer_gets_its_raw_r
     shaped = Rollouts(copy.deepcopy(list(samples)), samples.ctx)
     rewards = shaped_rewards(shaped, args)
     assert not torch.equal(rewards.reshape(-1), torch.cat(raw).to(rewards.dtype))  # the penalty applied
-    tokens = torch.tensor([int(s.action_mask.sum()) for s in samples]).reshape(-1, G)
-    expected.update(torch.arange(3), rewards, 5, tokens)
+    expected.update(torch.arange(3), rewards, 5)
     # the sync maker passes the rewards it shaped in place: the same history, nothing shaped twice
     in_place = PromptHistory(3)
     update_history(in_place, samples.ctx, shaped, args, shaped=rewards)

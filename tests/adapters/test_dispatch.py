@@ -33,12 +33,12 @@ ACTOR = logprob_fn(0.01, 0.05, 5)
 pytestmark = pytest.mark.usefixtures("stand_in_ray")
 
 
-def kept_batch(dp=2, train_batch=16, packer="window", prune=0.4, n_prompts=8, seed=21, extra=(), actor=ACTOR):
-    argv = base_argv(dp=dp, batch=n_prompts, train_batch=train_batch) + ["--dppo.packer", packer, *extra]
+def kept_batch(dp=2, train_batch=16, prune=0.4, n_prompts=8, seed=21, extra=(), actor=ACTOR):
+    argv = base_argv(dp=dp, batch=n_prompts, train_batch=train_batch) + [*extra]
     args = make_args(argv)
     G = args.rollout.n_samples_per_prompt
     samples = rollout_batch(n_prompts, G, seed=seed, binary=False)
-    cfg = DPPOConfig(completion_prune_rate=prune, p_min=0.2, packer=packer, seed=seed)
+    cfg = DPPOConfig(completion_prune_rate=prune, p_min=0.2, seed=seed)
     maker = DPPOExperienceMaker(StandInGroup(actor, dp), None, None, None, FixedKLController(0.0),
                                 SimpleNamespace(args=args), StandInTokenizer(), dppo=cfg,
                                 history=PromptHistory(n_prompts))  # fmt: skip
@@ -63,9 +63,8 @@ def buffers_for(plan, args):
     return out
 
 
-@pytest.mark.parametrize("packer", ["window", "ffd", "openrlhf"])
-def test_micro_batches_are_valid_equal_per_rank_and_packed_loss_equals_padded_loss(packer):
-    maker, experiences, ctx = kept_batch(train_batch=8, packer=packer)
+def test_micro_batches_are_valid_equal_per_rank_and_packed_loss_equals_padded_loss():
+    maker, experiences, ctx = kept_batch(train_batch=8)
     args, plan = maker.args, experiences.plan
     kept = sum(len(e.index) for e in experiences)
     assert plan.num_steps == min(8 * 4 // 8, kept // 2) > 1  # GRPO's step count, kept every step
@@ -82,8 +81,7 @@ def test_micro_batches_are_valid_equal_per_rank_and_packed_loss_equals_padded_lo
             items = buffer[m]
             mb = buffer.collate_fn([items])
             assert not any(k in mb.info for k in PLAN_KEYS)  # the plan is never logged
-            if packer != "openrlhf":  # OpenRLHF's balanced partitions may exceed the budget
-                assert int(mb.attention_mask.sum()) <= args.train.max_tokens_per_gpu
+            assert int(mb.attention_mask.sum()) <= args.train.max_tokens_per_gpu
             assert buffer.dynamic_batch_num_tokens[m] == pytest.approx(z / plan.num_steps, rel=1e-12)
             packed_per_step[step] = packed_per_step[step] + loss_of(
                 mb, buffer.dynamic_batch_num_tokens[m], theta
@@ -120,14 +118,13 @@ def test_an_empty_micro_batch_gets_a_zero_weight_filler_that_adds_nothing():
     assert g_total == g_real
 
 
-@pytest.mark.parametrize("packer", ["window", "ffd", "openrlhf"])
-def test_a_sequence_longer_than_the_budget_trains_in_a_micro_batch_of_its_own(packer):
+def test_a_sequence_longer_than_the_budget_trains_in_a_micro_batch_of_its_own():
     """As OpenRLHF's dynamic batch trains it (its first fit opens a micro-batch nothing else enters)."""
     maker, experiences, _ = kept_batch(dp=2, prune=0.0, n_prompts=2, train_batch=8)
     items = maker._single_items(experiences)
     lengths = [int(it.total_length) for it in items]
     capacity = max(lengths) - 1  # the longest is over it
-    plan = build_dispatch(items, 2, capacity, 1, 1.0, 1.0, packer=packer)
+    plan = build_dispatch(items, 2, capacity, 1, 1.0, 1.0)
     micro_batches: dict = {}
     for r, rank in enumerate(plan.rank_items):  # micro-batch m of rank r: key (r, m)
         for it in rank:

@@ -100,9 +100,9 @@ def test_both_arms_log_their_forward_batches_and_the_largest_per_step(dp):
     from openrlhf_dppo import metric_keys as K
     from openrlhf_dppo.core import DPPOConfig
 
-    keep_all = DPPOConfig(drop_zero_advantage=False)  # nothing pruned, not even the A == 0 completions
+    keep_all = DPPOConfig()  # nothing pruned: with a KL term in the reward not even the A == 0 completions
     budget = 64
-    args = args_for(dp=dp, extra=("--rollout.max_tokens_per_gpu", str(budget)))
+    args = args_for(dp=dp, kl="reward", extra=("--rollout.max_tokens_per_gpu", str(budget)))
     G = args.rollout.n_samples_per_prompt
     lengths = [int(s.total_length.item()) for s in rollout_batch(8, G, seed=5, binary=False)]
     grpo, grpo_ctx = make(grpo_maker(args), tag(rollout_batch(8, G, seed=5, binary=False), G))

@@ -96,7 +96,7 @@ def test_planned_loss_and_gradient_equal_the_weighted_full_batch_loss_for_a_fixe
     G = args.rollout.n_samples_per_prompt
     q = torch.tensor([0.5, 1.0, 0.25, 0.8, 1.0, 0.4])
     samples = tag(rollout_batch(6, G, seed=7, binary=False), G, q)
-    cfg = DPPOConfig(completion_prune_rate=0.4, completion_policy="uniform-low", p_min=0.2, seed=11)
+    cfg = DPPOConfig(completion_prune_rate=0.4, p_min=0.2, seed=11)
     maker = dppo_maker(args, cfg)
     experiences, ctx = make(maker, samples, step=1, drawn=9)  # 9 prompts drawn, 6 rolled out
     loss_fn = PolicyLoss(**LOSSES[name])
@@ -145,7 +145,7 @@ def test_loss_and_gradient_are_unbiased_in_expectation_and_the_kept_count_normal
     )
     (g_target,) = torch.autograd.grad(target, theta)
 
-    cfg = DPPOConfig(completion_prune_rate=0.5, completion_policy="proportional", p_min=0.05, seed=0)
+    cfg = DPPOConfig(completion_prune_rate=0.5, p_min=0.05, seed=0)
     values, grads, biased = [], [], []
     for r in range(300):
         exps, ctx = make(dppo_maker(args, cfg), samples, step=r)
@@ -197,12 +197,10 @@ def test_both_levels_together_are_unbiased_for_the_seq_mean_loss():
     ).item()
 
     scores = torch.tensor([0.9, 0.2, 0.5, 0.05, 0.7, 0.3], dtype=torch.float64)
-    cfg = DPPOConfig(
-        prompt_prune_rate=0.5, completion_prune_rate=0.3, completion_policy="uniform-low", p_min=0.2
-    )
+    cfg = DPPOConfig(prompt_prune_rate=0.5, completion_prune_rate=0.3, p_min=0.2)
     values = []
     for r in range(300):
-        draw, _ = prune_prompts(scores, 0.5, 0.1, "systematic", step_generator(99, r, 0))
+        draw, _ = prune_prompts(scores, 0.5, 0.1, step_generator(99, r, 0))
         kept_prompts = draw.mask.nonzero().flatten().tolist()
         rolled = [copy.copy(s) for j in kept_prompts for s in samples[j * G : (j + 1) * G]]
         rolled = tag(rolled, G, q=[draw.prob[j] for j in kept_prompts], index=kept_prompts)

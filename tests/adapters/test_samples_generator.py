@@ -1,5 +1,5 @@
 """The samples generator with stand-in vLLM engines: only kept prompts reach vLLM, the samples carry
-(dataset index, q), evaluation prompts are never pruned, a refill draw is returned whole, the groups
+(dataset index, q), evaluation prompts are never pruned, unseen prompts are drawn at the mean seen score, the groups
 dynamic filtering drops are handed on (not lost), generation is counted where it happens, and a
 reward function that fails stops the run naming the file and the step."""
 
@@ -32,8 +32,8 @@ def test_only_kept_prompts_reach_vllm_and_samples_carry_index_and_q():
     samples, _, consumed, exhausted = gen.generate_samples(**KW)
     ctx = samples.ctx
     # the same decision recomputed with core: prompts 0..3 drawn, q from their history scores
-    q, _ = prompt_keep_probs(history.score(torch.arange(4), 4), 0.5, 0.1)
-    mask, q_used = sample_mask(q, "systematic", step_generator(5, 0, 0))
+    q, _ = prompt_keep_probs(history.signals(torch.arange(4), 4).score, 0.5, 0.1)
+    mask, q_used = sample_mask(q, step_generator(5, 0, 0))
     kept = mask.nonzero().flatten().tolist()
     assert 0 < len(kept) < 4 and consumed == 4 and not exhausted
     assert sorted(engine.prompts) == sorted(f"question {k}" for k in kept)
@@ -62,41 +62,11 @@ def test_only_kept_prompts_reach_vllm_and_samples_carry_index_and_q():
     assert len(evals) == 12 and gen.draws == 1
 
 
-def test_refill_draws_more_prompts_and_unseen_prompts_are_always_kept():
-    cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, prompt_batch="refill", seed=1)
-    gen, engine, _ = make_generator(cfg, n_prompts=16)
-    samples, _, consumed, _ = gen.generate_samples(**KW)
-    ctx = samples.ctx
-    assert consumed == 8  # floor(4 / (1 - 0.5)) prompts drawn: 0..7
-    assert ctx.draw.kept <= 4  # the rolled-out batch stays within --rollout.batch_size
-    assert {"question 6", "question 7"} <= set(engine.prompts)  # never seen -> q = 1
-    assert all(
-        ctx.prompts[s.prompts[0]].q == 1.0 for s in samples if s.prompts[0] in ("question 6", "question 7")
-    )
-
-
-def test_refill_rolls_out_and_returns_every_kept_prompt_of_a_draw_in_its_own_step():
-    """All prompts unseen (epoch 1): q = 1 keeps all floor(4 / 0.5) = 8 drawn prompts. Their 32 rollouts
-    belong to this step (its normaliser counts 8 prompts drawn); the next step is a new draw."""
-    cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, prompt_batch="refill", seed=1)
-    gen, engine, _ = make_generator(cfg, n_prompts=16, seen=False)
-    for step in range(2):
-        engine.prompts.clear()
-        samples, _, consumed, exhausted = gen.generate_samples(**KW)
-        ctx = samples.ctx
-        drawn = {f"question {i}" for i in range(8 * step, 8 * step + 8)}
-        assert consumed == 8 and set(engine.prompts) == drawn  # a fresh draw, all of it rolled out
-        assert len(samples) == 8 * 4 and {s.prompts[0] for s in samples} == drawn
-        assert ctx.draw.drawn == ctx.draw.kept == 8 and ctx.metrics["prompts/rolled_out"] == 8.0
-    assert not exhausted
-    assert gen.generate_samples(**KW)[::2] == ([], 0)  # 16 prompts: nothing left over
-
-
-def test_unseen_prompts_mean_prunes_the_first_epoch_at_the_target_rate():
-    """--dppo.unseen_prompts mean, all prompts unseen: refill draws 8 and rolls out exactly 4 (q = 0.5
-    each, systematic), where the default keeps all 8; then seen and unseen prompts share one scale."""
-    cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, prompt_batch="refill", unseen_prompts="mean", seed=1)
-    gen, engine, _ = make_generator(cfg, n_prompts=16, seen=False)
+def test_unseen_prompts_are_drawn_at_the_mean_seen_score_so_the_first_epoch_is_pruned():
+    """All prompts unseen: each takes the same score (1 before any is seen), so 8 drawn give q = 0.5 each
+    and exactly 4 rolled out (systematic); then seen and unseen prompts share one scale."""
+    cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, seed=1)
+    gen, engine, _ = make_generator(cfg, n_prompts=16, batch=8, seen=False)
     samples, _, consumed, _ = gen.generate_samples(**KW)
     ctx = samples.ctx
     assert consumed == 8 and ctx.draw.drawn == 8 and ctx.draw.kept == 4 == len(set(engine.prompts))
@@ -104,34 +74,29 @@ def test_unseen_prompts_mean_prunes_the_first_epoch_at_the_target_rate():
     assert ctx.metrics["dppo/prompt_unseen_frac"] == 1.0 and ctx.metrics["prompts/pruned"] == 4.0
     assert ctx.metrics["dppo/prompt_keep_frac_expected"] == pytest.approx(0.5)
 
-    cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, unseen_prompts="mean", seed=1)
     gen, _, history = make_generator(cfg, n_prompts=12, batch=12)  # prompts 6.. unseen
     samples, _, _, _ = gen.generate_samples(**KW)
     q = {d.index: d.q for d in samples.ctx.prompts.values()}
-    q_all, _ = prompt_keep_probs(
-        history.score(torch.arange(12), 4), 0.5, 0.1, unseen_score=history.mean_seen_score(4)
-    )
+    scores = history.score(torch.arange(12), 4)
+    scores[6:] = history.mean_seen_score(4)
+    q_all, _ = prompt_keep_probs(scores, 0.5, 0.1)
     assert q and all(v == pytest.approx(float(q_all[i]), rel=1e-12) for i, v in q.items())
     assert any(i >= 6 for i in q) and all(float(q_all[i]) < 1.0 for i in range(6, 12))
 
 
-@pytest.mark.parametrize("policy", ["sqrt", "uniform"])
+@pytest.mark.parametrize("policy", ["proportional", "uniform"])
 def test_the_prompt_policy_flag_chooses_the_keep_probabilities(policy):
-    """--dppo.prompt_policy: the draw's q are the policy's over what the history knows (the run's
-    advantage estimator and unseen rule), the same as core computes them."""
-    from openrlhf_dppo.core import prompt_policy_keep_probs
-
-    cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, unseen_prompts="mean", prompt_policy=policy, seed=3)
+    """--dppo.prompt_policy: the draw's q are the policy's over the history's scores, the same as core
+    computes them."""
+    cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.1, prompt_policy=policy, seed=3)
     gen, _, history = make_generator(cfg, n_prompts=12, batch=12)  # prompts 6.. unseen
     samples, _, _, _ = gen.generate_samples(**KW)
     q = {d.index: d.q for d in samples.ctx.prompts.values()}
-    want, _ = prompt_policy_keep_probs(
-        history.signals(torch.arange(12), 4, "group_norm", "mean"), 0.5, policy, 0.1
-    )
+    want, _ = prompt_keep_probs(history.signals(torch.arange(12), 4).score, 0.5, 0.1, policy)
     assert q and all(v == pytest.approx(float(want[i]), rel=1e-9) for i, v in q.items())
     if policy == "uniform":
         assert set(q.values()) == {0.5}
-    else:  # E[v] of the always-solved prompts 0-2 is below the half-solved 3-5's
+    else:  # the always-solved prompts 0-2 score below the half-solved 3-5
         assert float(want[0]) < float(want[3])
 
 

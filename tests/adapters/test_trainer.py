@@ -21,6 +21,7 @@ from openrlhf_dppo.core import DPPOConfig
 from openrlhf_dppo.run_dir import RunDir
 
 pytestmark = pytest.mark.usefixtures("stand_in_ray")
+NO_PROMPT_PRUNING = dict(prompt_rate_control="fixed", prompt_prune_rate=0.0)
 
 
 def test_history_round_trips_through_the_checkpoint_hooks_and_metrics_are_written(tmp_path):
@@ -150,7 +151,7 @@ def test_a_run_whose_prompts_run_out_before_max_steps_says_so(tmp_path, monkeypa
 def test_one_controller_step_accounts_for_every_generated_token(tmp_path):
     cfg = DPPOConfig(prompt_prune_rate=0.25, completion_prune_rate=0.5, p_min=0.2, seed=4)
     t = controller(tmp_path, cfg, dp=2)
-    one_step(t)  # every prompt unseen: all 6 kept
+    one_step(t)
     status, samples = one_step(t)  # 6 new prompts: the history still knows none of them
     G = t.args.rollout.n_samples_per_prompt
     tokens = sum(int(s.action_mask.sum()) for s in samples)
@@ -208,7 +209,8 @@ def test_grpo_mode_step_uses_the_host_path_and_reports_nothing_pruned(tmp_path):
 
 @pytest.mark.parametrize("enable", [True, False])
 def test_dynamic_filtering_counts_the_dropped_groups_and_the_history_sees_them(tmp_path, enable):
-    cfg = DPPOConfig(prompt_prune_rate=0.25, completion_prune_rate=0.5, p_min=0.2, seed=1, enable=enable)
+    # no prompt pruning, so that the all-solved prompts are drawn and the filter drops them
+    cfg = DPPOConfig(**NO_PROMPT_PRUNING, completion_prune_rate=0.5, p_min=0.2, seed=1, enable=enable)
     t = controller(tmp_path, cfg, extra=["--algo.dynamic_filtering_enable"], batch=4)
     status, samples = one_step(t)
     G = t.args.rollout.n_samples_per_prompt
@@ -234,7 +236,8 @@ def test_with_dynamic_filtering_dppo_takes_openrlhfs_step_count_from_the_accepte
     draws the last 6, 2 are filtered and nothing is left to replace them: 4 groups, 16 rollouts.
     OpenRLHF's replay buffer makes min(6 x 4 // 8, 16 // 8) = 2 optimizer steps of them; so must DPPO's
     plan (the 6 drawn would make 3)."""
-    t = controller(tmp_path, DPPOConfig(), extra=["--algo.dynamic_filtering_enable"], batch=6, n_prompts=22)
+    cfg = DPPOConfig(**NO_PROMPT_PRUNING)
+    t = controller(tmp_path, cfg, extra=["--algo.dynamic_filtering_enable"], batch=6, n_prompts=22)
     G, B, T = 4, 6, 8
     made, accepted, drawn = [], [], []
     for _ in range(3):
@@ -257,7 +260,7 @@ def test_a_short_last_batch_of_fewer_rollouts_than_ranks_is_counted_untrained_in
     holds 4 rollouts, fewer than the ranks. OpenRLHF's forwards need one rollout per rank (its run stops
     there). Under drop it is smaller than a train batch; under train it cannot be spread over the ranks:
     in both arms it is not trained and counted as untrained (generated = trained + pruned + untrained)."""
-    cfg = DPPOConfig(enable=enable, short_batch=rule)
+    cfg = DPPOConfig(**NO_PROMPT_PRUNING, enable=enable, short_batch=rule)
     half_right = lambda prompt, i: float(i % 2)  # noqa: E731  every group mixed: nothing pruned
     t = controller(
         tmp_path, cfg, dp=8, batch=2, n_prompts=5, extra=["--dppo.short_batch", rule], reward=half_right

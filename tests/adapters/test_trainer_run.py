@@ -123,7 +123,7 @@ def test_schedule_steps_sets_the_span_of_a_run_cut_short():
     assert scheduler_steps(args, 10, 7, span=30) == 30 * 2 * 2
     assert scheduler_steps(args, 120, None, span=30) == 120
     with pytest.raises(
-        DPPOConfigError, match="schedule_steps=30 must cover the run: 120 optimizer steps, fewer"
+        DPPOConfigError, match="--dppo.schedule_steps 30: must cover the run: 120 optimizer steps, fewer"
     ):
         scheduler_steps(args, 1000, None, span=30)  # all episodes, no --dppo.max_steps: 1000 steps
 
@@ -205,9 +205,9 @@ def test_unpruned_dppo_reward_ht_equals_grpos_reward_mean(tmp_path):
 
 
 def test_reward_ht_reweights_the_rolled_out_prompts_to_the_drawn_batch(tmp_path):
-    cfg = DPPOConfig(prompt_prune_rate=0.5, q_min=0.2, seed=3)
+    cfg = DPPOConfig(prompt_rate_control="fixed", prompt_prune_rate=0.5, q_min=0.2, seed=3)
     t = controller(tmp_path, cfg, batch=8, n_prompts=8)
-    one_step(t)  # epoch 1: all 8 prompts seen once (unseen prompts keep q = 1)
+    one_step(t)  # epoch 1: every prompt unseen, drawn at one score
     status, samples = one_step(t)  # epoch 2: scores from the history, q < 1 for some
     G = t.args.rollout.n_samples_per_prompt
     q = torch.tensor([samples.ctx.prompts[s.prompts[0]].q for s in samples[::G]], dtype=torch.float64)
@@ -222,9 +222,7 @@ def test_reward_ht_reweights_the_rolled_out_prompts_to_the_drawn_batch(tmp_path)
 
 
 def test_zero_share_control_prunes_each_draw_at_the_all_equal_share_of_the_steps_before(tmp_path):
-    cfg = DPPOConfig(
-        prompt_rate_control="zero-share", prompt_prune_rate=0.25, q_min=0.1, unseen_prompts="mean", seed=3
-    )
+    cfg = DPPOConfig(prompt_rate_control="zero-share", prompt_prune_rate=0.25, q_min=0.1, seed=3)
     t = controller(tmp_path, cfg, batch=8, n_prompts=16)
     first, _ = one_step(t)
     assert first["dppo/prompt_prune_rate_target"] == 0.25  # nothing measured yet: --dppo.prompt_prune_rate
@@ -233,7 +231,7 @@ def test_zero_share_control_prunes_each_draw_at_the_all_equal_share_of_the_steps
     second, samples = one_step(t)
     assert second["dppo/prompt_prune_rate_target"] == u1  # the rate the trainer fed it, taken as it is
     # the draw used that rate: its q sum to (1 - u1) x the 8 prompts drawn (unseen prompts are scored
-    # like the seen ones under --dppo.unseen_prompts mean, so every q is free to move), rounded to a whole
+    # like the seen ones, so every q is free to move), rounded to a whole
     # kept count by the systematic design; the first rate would keep 6
     kept = round(8 * (1.0 - u1))
     assert kept != 6 and second["prompts/rolled_out"] == kept and second["prompts/drawn"] == 8
@@ -256,39 +254,3 @@ def test_reward_statistics_are_of_the_raw_rewards_not_the_length_penalised_ones(
     assert status["rollout/reward_mean"] == pytest.approx(float(raw.mean()), rel=1e-14)
     assert status["rollout/reward_std"] == pytest.approx(float(raw.std()), rel=1e-12)
     assert status["rollout/reward_ht"] == status["rollout/reward_mean"]
-
-
-# ---- --dppo.prompt_log ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("enable", [True, False])
-def test_the_prompt_log_has_every_rolled_out_group_with_its_index_q_raw_rewards_and_lengths(tmp_path, enable):
-    """Two steps, the second pruned (DPPO) and dynamic filtering on: each line is one step's rolled-out
-    groups, the filtered ones too, with the dataset index, the q it was drawn with and the rewards as the
-    reward function returned them (not those the overlong penalty shapes for training)."""
-    penalty = ["--reward.overlong_buffer_len", "20", "--reward.overlong_penalty_factor", "1.0"]
-    pruning = dict(prompt_prune_rate=0.5, q_min=0.2, seed=3) if enable else {}
-    cfg = DPPOConfig(enable=enable, prompt_log=True, **pruning)
-    t = controller(tmp_path, cfg, batch=8, n_prompts=8, extra=penalty + ["--algo.dynamic_filtering_enable"])
-    G = t.args.rollout.n_samples_per_prompt
-    steps = [one_step(t)[1] for _ in range(2)]
-    log = [json.loads(line) for line in (tmp_path / "run" / "prompts.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in log] == [1, 2]
-    for row, samples in zip(log, steps):
-        rolled = list(samples) + samples.ctx.filtered
-        assert len(row["index"]) == len(row["q"]) == len(row["rewards"]) == len(rolled) // G
-        assert row["index"] == [int(s.prompts[0].split()[-1]) for s in rolled[::G]]
-        assert row["rewards"] == [
-            [float(s.info["score"]) for s in rolled[j : j + G]] for j in range(0, len(rolled), G)
-        ]
-        assert row["lengths"] == [
-            [int(s.action_mask.sum()) for s in rolled[j : j + G]] for j in range(0, len(rolled), G)
-        ]  # response tokens: what a screen's second round would generate
-        drawn = [samples.ctx.prompt(s.prompts[0]) for s in rolled[::G]]
-        assert row["q"] == [1.0 if d is None else d.q for d in drawn]
-    assert any(s.ctx.filtered for s in steps)  # dynamic filtering dropped groups, and they are in the log
-    if enable:
-        assert min(log[1]["q"]) < 1.0  # the second draw pruned: its q are logged as drawn
-    t2 = controller(tmp_path / "off", DPPOConfig(enable=enable), batch=8, n_prompts=8)
-    one_step(t2)
-    assert not (tmp_path / "off" / "run" / "prompts.jsonl").exists()  # off by default

@@ -32,10 +32,8 @@ GRPO = [
     "--train.max_tokens_per_gpu", "16384",
 ]  # fmt: skip
 DPPO = [
-    "--dppo.prompt_prune_rate", "0.3", "--dppo.completion_prune_rate", "0.5",
-    "--dppo.completion_policy", "proportional", "--dppo.q_min", "0.2", "--dppo.p_min", "0.05",
-    "--dppo.sampling", "systematic", "--dppo.packer", "ffd", "--dppo.pack_window", "4", "--dppo.seed", "7",
-    "--dppo.history_decay", "0.7", "--dppo.prompt_batch", "refill",
+    "--dppo.prompt_prune_rate", "0.3", "--dppo.prompt_rate_control", "fixed", "--dppo.completion_prune_rate",
+    "0.5", "--dppo.prompt_policy", "uniform", "--dppo.q_min", "0.2", "--dppo.p_min", "0.05", "--dppo.seed", "7",
 ]  # fmt: skip
 
 

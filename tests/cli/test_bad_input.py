@@ -136,15 +136,9 @@ REFUSED = {
         lambda a: a + ["--actor.aux_loss_coef", "0.01"], "--actor.aux_loss_coef",
         "cannot carry DPPO's per-sequence weights",
     ),
-    # the message states what refill does with this command's numbers (B = 4, r_q = 0.5)
-    "refill-with-bernoulli": (
-        lambda a: a + ["--dppo.prompt_prune_rate", "0.5", "--dppo.prompt_batch", "refill", "--dppo.sampling",
-                       "bernoulli"],
-        "--dppo.prompt_batch", "refill needs --dppo.sampling systematic. It draws 8 prompts per step "
-        "(--rollout.batch_size 4 / (1 - r_q)) and rolls out every kept one: a fixed kept count makes that about "
-        "4 (within one) once the history knows the prompts (bernoulli would vary it from step to step). While "
-        "they are unseen (q = 1, all of epoch 1, unless --dppo.unseen_prompts mean) a step rolls out up to 8, in "
-        "GRPO's number of optimizer steps.",
+    "prompt-rate-above-the-zero-share-cap": (
+        lambda a: a + ["--dppo.prompt_prune_rate", "0.8"], "--dppo.prompt_prune_rate",
+        "0.8: expected at most 0.7 under --dppo.prompt_rate_control zero-share",
     ),
     # what the run writes: created inside Ray today, so checked here
     "output-dir-under-a-file": (
@@ -272,7 +266,9 @@ def test_help_and_bad_input_do_not_wait_for_the_cluster_in_ray_address(tmp_path)
     # Ray's own connection to an unreachable address retries for minutes (the timeout: a start-up here, not
     # a speed limit)
     proc, ray_imported = run_cli(["--help"], tmp_path, UNREACHABLE, timeout=120)
-    assert proc.returncode == 0 and "--dppo.mode" in proc.stdout and not ray_imported, proc.stderr[-3000:]
+    assert proc.returncode == 0 and "--dppo.prompt_rate_control" in proc.stdout and not ray_imported, (
+        proc.stderr[-3000:]
+    )
     argv = local_command(tmp_path) + ["--dppo.prompt_prune_rate", "1.5"]
     proc, ray_imported = run_cli(argv, tmp_path, UNREACHABLE, timeout=120)
     assert proc.returncode == 2 and not ray_imported, proc.stderr[-3000:]

@@ -10,7 +10,7 @@ from cli_commands import ROOT, full_parser
 
 from openrlhf_dppo.cli import flags, flags_table
 from openrlhf_dppo.cli import train_dppo_ray as cli
-from openrlhf_dppo.core import COMPLETION_POLICIES, PACKERS, SAMPLING_DESIGNS, DPPOConfig
+from openrlhf_dppo.core import PROMPT_POLICIES, DPPOConfig
 
 
 def _squeezed(text: str) -> str:
@@ -25,20 +25,12 @@ def test_the_flags_are_the_fields_of_the_config_and_the_run_options():
         "max_steps",
         "schedule_steps",
     ]
+    assert len(names) == 12
     specs = {s.name: s for s in flags.flag_specs()}
-    assert specs["packer"].choices == PACKERS.names() and "openrlhf" in specs["packer"].choices
-    assert specs["sampling"].choices == SAMPLING_DESIGNS.names()
+    assert specs["prompt_policy"].choices == PROMPT_POLICIES.names() == ["proportional", "uniform"]
+    assert specs["prompt_rate_control"].choices == ["fixed", "zero-share"]
     assert specs["enable"].parse("off") is False and specs["max_steps"].parse("3") == 3
-    assert (
-        specs["run_dir"].shown_default == "--ckpt.output_dir"
-        and specs["drop_zero_advantage"].shown_default == "true"
-    )
-
-
-def test_a_newly_registered_policy_is_a_valid_choice_without_touching_the_config(monkeypatch):
-    monkeypatch.setitem(COMPLETION_POLICIES._items, "top-k", lambda *a: None)
-    assert "top-k" in {s.name: s for s in flags.flag_specs()}["completion_policy"].choices
-    assert DPPOConfig(completion_policy="top-k").completion_policy == "top-k"
+    assert specs["run_dir"].shown_default == "--ckpt.output_dir" and specs["enable"].shown_default == "true"
 
 
 def test_a_flag_field_without_help_is_refused(monkeypatch):

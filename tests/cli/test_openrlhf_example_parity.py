@@ -6,7 +6,7 @@ For every example, with its paths replaced by small local files:
 - ``train_dppo_ray --dppo.enable false`` accepts it (the input checks on) and produces the same namespace,
   less the ``dppo`` group (async training included) -- or, for an example the baseline refuses, refuses it
   naming the flag, for the reason FLAGS.md documents;
-- DPPO (the defaults, and ``--dppo.mode recommended``) accepts it, changing only what turning on the packed
+- DPPO (the defaults, and a fixed prompt rate) accepts it, changing only what turning on the packed
   micro-batches changes (and prints what it runs differently from the command's look, e.g. a rollout longer
   than a micro-batch trained alone), or refuses it with status 2 and a message that names the flag and the
   documented reason.
@@ -95,10 +95,10 @@ def test_dppo_accepts_the_example_or_refuses_it_by_name_for_a_documented_reason(
         ours = {k: v for k, v in ours.items() if not k.startswith("dppo.")}
         assert ours.keys() == host.keys()
         assert {k for k in host if ours[k] != host[k]} <= DPPO_TURNS_ON
-        # what a user would add: the recommended flag set changes DPPO's flags only
-        recommended = comparable(parse(argv + ["--dppo.mode", "recommended"], check_inputs=True))
-        assert recommended["dppo.prompt_rate_control"] == "zero-share"
-        assert {k: v for k, v in recommended.items() if not k.startswith("dppo.")} == ours
+        # what a user would add: a fixed prompt rate changes DPPO's flags only
+        fixed = comparable(parse(argv + ["--dppo.prompt_rate_control", "fixed"], check_inputs=True))
+        assert fixed["dppo.prompt_rate_control"] == "fixed"
+        assert {k: v for k, v in fixed.items() if not k.startswith("dppo.")} == ours
     else:
         err = refusal(argv, capsys)
         assert f"error: {example.dppo}: " in err and example.dppo_reason in err

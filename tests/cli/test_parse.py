@@ -18,22 +18,9 @@ from openrlhf_dppo.core import DPPOConfig
 def test_grpo_command_plus_dppo_flags_goes_through_openrlhf_validation():
     args = parse(GRPO + DPPO)
     d = args.dppo
-    assert (d.prompt_prune_rate, d.completion_prune_rate, d.completion_policy) == (0.3, 0.5, "proportional")
-    assert (d.q_min, d.p_min, d.sampling, d.packer, d.pack_window, d.seed) == (
-        0.2,
-        0.05,
-        "systematic",
-        "ffd",
-        4,
-        7,
-    )
-    assert (d.history_decay, d.prompt_batch, d.enable, d.run_dir, d.max_steps) == (
-        0.7,
-        "refill",
-        True,
-        None,
-        None,
-    )
+    assert (d.prompt_prune_rate, d.prompt_rate_control, d.completion_prune_rate) == (0.3, "fixed", 0.5)
+    assert (d.prompt_policy, d.q_min, d.p_min, d.seed) == ("uniform", 0.2, 0.05, 7)
+    assert (d.short_batch, d.enable, d.run_dir, d.max_steps) == ("drop", True, None, None)
     # DPPO turned on the packing path; OpenRLHF's own validation then derived the rest from it
     assert args.train.dynamic_batch_enable is True
     assert args.ds.packing_samples is True
@@ -45,7 +32,7 @@ def test_grpo_command_plus_dppo_flags_goes_through_openrlhf_validation():
     assert args.rollout.vllm_generate_batch_size == 16
     assert args.algo.kl.use_loss and args.algo.kl.estimator == "k3"
     cfg, run = build_options(vars(args.dppo))
-    assert cfg.completion_prune_rate == 0.5 and cfg.packer == "ffd" and cfg.enable
+    assert cfg.completion_prune_rate == 0.5 and cfg.prompt_policy == "uniform" and cfg.enable
     assert run.run_dir is None and run.max_steps is None
 
 
@@ -75,17 +62,16 @@ def test_every_flag_defaults_to_its_field_default_and_run_options_parse():
         (["--dppo.q_min", "0"], "--dppo.q_min"),
         (["--dppo.completion_prune_rate", "1.0"], "--dppo.completion_prune_rate"),
         (["--dppo.p_min", "0.9", "--dppo.completion_prune_rate", "0.5"], "--dppo.p_min"),
-        (["--dppo.pack_window", "0"], "--dppo.pack_window"),
+        (["--dppo.prompt_prune_rate", "0.8"], "--dppo.prompt_prune_rate"),
+        (["--dppo.q_min", "0.4"], "--dppo.q_min"),
         (["--dppo.enable", "maybe"], "--dppo.enable"),
-        (["--dppo.packer", "best"], "--dppo.packer"),
+        (["--dppo.prompt_policy", "sqrt"], "--dppo.prompt_policy"),
         (["--dppo.max_steps", "0"], "--dppo.max_steps"),
         (["--dppo.schedule_steps", "0"], "--dppo.schedule_steps"),
         (["--dppo.max_steps", "10", "--dppo.schedule_steps", "9"], "--dppo.schedule_steps"),
         (["--algo.advantage.estimator", "gae", "--critic.model_name_or_path", "x"], "--algo.advantage.estimator"),
         (["--algo.advantage.estimator", "reinforce"], "--algo.advantage.estimator"),
         (["--train.partial_rollout_enable"], "--train.partial_rollout_enable"),
-        (["--dppo.prompt_prune_rate", "0.5", "--dppo.prompt_batch", "refill", "--dppo.sampling", "bernoulli"],
-         "--dppo.prompt_batch"),
         (["--rollout.vllm_generate_batch_size", "8"], "--rollout.vllm_generate_batch_size"),
         (["--actor.aux_loss_coef", "0.01"], "--actor.aux_loss_coef"),
         (["--rollout.max_new_tokens", "4096"], "--rollout.max_new_tokens"),
@@ -253,9 +239,23 @@ def test_the_cli_hands_its_validated_config_and_run_options_to_install(monkeypat
     )
     assert cli.main(argv, check_inputs=False) == "trained"
     assert seen["cfg"] == DPPOConfig(
-        prompt_prune_rate=0.3, completion_prune_rate=0.5, completion_policy="proportional", q_min=0.2,
-        p_min=0.05, sampling="systematic", packer="ffd", pack_window=4, seed=7, history_decay=0.7,
-        prompt_batch="refill",
+        prompt_prune_rate=0.3, prompt_rate_control="fixed", completion_prune_rate=0.5, prompt_policy="uniform",
+        q_min=0.2, p_min=0.05, seed=7,
     )  # fmt: skip
     run = seen["run"]
     assert (run.run_dir, run.max_steps, run.schedule_steps, run.argv) == ("/tmp/dppo_run", 12, 30, argv)
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--dppo.prompt_rate_control", "fixed", "--dppo.prompt_prune_rate", "0"], True),
+        ([], False),  # the defaults: zero-share from 0.5
+        (["--dppo.prompt_rate_control", "fixed", "--dppo.prompt_prune_rate", "0", "--dppo.completion_prune_rate",
+          "0.5"], False),
+        (["--dppo.enable", "false", "--dppo.prompt_rate_control", "fixed", "--dppo.prompt_prune_rate", "0"], False),
+    ],
+)  # fmt: skip
+def test_settings_that_prune_nothing_say_so_at_start(capsys, flags, says):
+    parse(GRPO + flags)
+    assert ("prunes no prompt and no completion" in capsys.readouterr().out) is says

@@ -23,7 +23,6 @@ from openrlhf_dppo.core import (
     completion_keep_probs,
     group_advantages,
     prompt_keep_probs,
-    prompt_policy_keep_probs,
     sample_mask,
 )
 
@@ -35,7 +34,7 @@ class Toy:
     K: int = 3
     beta: float = 0.0
     seed: int = 0
-    unseen: bool = True  # prompt 0 never seen (q = 1): no prompt draw can then be empty
+    unseen: bool = True  # prompt 0 never seen by ``history()`` (it takes the mean seen score)
     estimator: str = "group_norm"  # core.group_advantages' estimator of the groups
 
     def __post_init__(self) -> None:
@@ -45,10 +44,7 @@ class Toy:
         self.correct = torch.randint(0, self.K, (self.B,), generator=g)
         self.pi = torch.softmax(self.theta + self.offsets, dim=-1)  # (B, K)
         succ = self.pi[torch.arange(self.B), self.correct]
-        s = 1 - succ**self.G - (1 - succ) ** self.G  # the binary score at the true success rate
-        if self.unseen:
-            s[0] = float("inf")  # one prompt never seen: always kept
-        self.scores = s
+        self.scores = 1 - succ**self.G - (1 - succ) ** self.G  # the binary score at the true success rate
 
     def rollouts(self, R: int, gen: torch.Generator, with_rewards: bool = False):
         """-> advantages adv (R, B, G), per-completion gradients of l grads (R, B, G, K) [, the 0/1 rewards
@@ -61,31 +57,28 @@ class Toy:
         grads = -(adv + self.beta)[..., None] * (onehot - self.pi[None, :, None, :])
         return (adv, grads, rewards) if with_rewards else (adv, grads)
 
-    def past_rollouts(self, rounds: int, seed: int):
-        """Earlier steps' groups of every prompt: rewards (rounds, B, G) and response token counts
-        (rounds, B, G), prompt j's completions (j + 1) x (1 + y) tokens long (the costs differ)."""
+    def past_rollouts(self, rounds: int, seed: int) -> torch.Tensor:
+        """Earlier steps' groups of every prompt: rewards (rounds, B, G)."""
         gen = torch.Generator().manual_seed(seed)
         u = torch.rand(rounds, self.B, self.G, 1, generator=gen, dtype=torch.float64)
         y = (u > self.pi.cumsum(-1)[None, :, None, :]).sum(-1).clamp_max(self.K - 1)
-        rewards = (y == self.correct[None, :, None]).double()
-        tokens = (torch.arange(1, self.B + 1, dtype=torch.float64)[None, :, None]) * (1 + y).double()
-        return rewards, tokens
+        return (y == self.correct[None, :, None]).double()
 
     def history(self, rounds: int = 2, seed: int = 5, copies: int = 1) -> PromptHistory:
         """A PromptHistory that saw ``rounds`` earlier groups of every prompt but the unseen one (prompt 0
         when ``unseen``); ``copies`` > 1: the same past under indices r * B + j for r < copies (one
         independent history per replicate, in one array)."""
-        rewards, tokens = self.past_rollouts(rounds, seed)
+        rewards = self.past_rollouts(rounds, seed)
         first = 1 if self.unseen else 0
         h = PromptHistory(copies * self.B)
         idx = (torch.arange(copies)[:, None] * self.B + torch.arange(first, self.B)[None]).reshape(-1)
         for k in range(rounds):
-            h.update(idx, rewards[k, first:].repeat(copies, 1), k, tokens[k, first:].repeat(copies, 1))
+            h.update(idx, rewards[k, first:].repeat(copies, 1), k)
         return h
 
-    def signals(self, unseen: str = "keep") -> PromptSignals:
-        """What the toy's history (``history()``) tells a prompt policy about the B prompts."""
-        return self.history().signals(torch.arange(self.B), self.G, self.estimator, unseen)
+    def signals(self) -> PromptSignals:
+        """What the toy's history (``history()``) tells the prompt draw about the B prompts."""
+        return self.history().signals(torch.arange(self.B), self.G)
 
 
 @dataclass
@@ -103,36 +96,31 @@ def simulate(
     R: int,
     level: str,
     rate: float,
-    policy: str = "uniform-low",
-    design: str = "systematic",
     floor: float = 0.05,
     allow_zero: bool = True,
     multiple_of: int = 1,
     seed: int = 0,
-    unseen_score: float | None = None,
     prompt_policy: str = "proportional",
-    signals: PromptSignals | None = None,
+    scores: torch.Tensor | None = None,
 ) -> Result:
-    """level: "both", "prompt" or "completion"; rate: the pruning rate of each active level;
-    unseen_score: the score the toy's unseen prompt takes (``--dppo.unseen_prompts mean``), or None
-    (kept with q = 1); prompt_policy: a name in ``PROMPT_POLICIES``, reading ``signals`` (default: the
-    toy's true scores, ``PromptSignals.of_scores``)."""
+    """level: "both", "prompt" or "completion"; rate: the pruning rate of each active level (systematic
+    draws); prompt_policy: a name in ``PROMPT_POLICIES``, reading ``scores`` (default: the toy's true
+    scores)."""
     gen = torch.Generator().manual_seed(seed)
     B, G = toy.B, toy.G
     adv, grads = toy.rollouts(R, gen)
     full = grads.sum(dim=(1, 2)) / (B * G)  # (R, K)
     keep = 1.0 - rate
     if level in ("both", "prompt"):
-        sig = PromptSignals.of_scores(toy.scores, unseen_score) if signals is None else signals
-        q, _ = prompt_policy_keep_probs(sig, keep, prompt_policy, q_min=floor)
-        pmask, q_used = sample_mask(q.expand(R, B).contiguous(), design, gen)
+        q, _ = prompt_keep_probs(toy.scores if scores is None else scores, keep, floor, prompt_policy)
+        pmask, q_used = sample_mask(q.expand(R, B).contiguous(), gen)
         pw = torch.where(pmask, 1.0 / q_used, 0.0)
     else:
         pmask, pw = torch.ones(R, B, dtype=torch.bool), torch.ones(R, B, dtype=torch.float64)
     valid = pmask[:, :, None].expand(R, B, G).reshape(R, B * G)
     if level in ("both", "completion"):
-        p, _ = completion_keep_probs(adv.reshape(R, B * G), keep, policy, floor, allow_zero, valid=valid)
-        cmask, p_used = sample_mask(p, design, gen, multiple_of=multiple_of)
+        p, _ = completion_keep_probs(adv.reshape(R, B * G), keep, floor, allow_zero, valid=valid)
+        cmask, p_used = sample_mask(p, gen, multiple_of=multiple_of)
         cmask &= valid
         cw = torch.where(cmask, 1.0 / torch.where(cmask, p_used, 1.0), 0.0)
     else:
@@ -161,8 +149,7 @@ class WhitenedResult:
 
 
 def simulate_whitened(toy: Toy, R: int, rate: float, seed: int = 0, tile: int = 1) -> WhitenedResult:
-    """REINFORCE++-baseline on the toy, both levels pruned at ``rate`` (systematic draws, proportional
-    completion policy, floors 0.05). Completion i of prompt j has n_ji = 1 + y_ji tokens, each with the
+    """REINFORCE++-baseline on the toy, both levels pruned at ``rate`` (systematic draws, floors 0.05). Completion i of prompt j has n_ji = 1 + y_ji tokens, each with the
     return c_ji (the group-centred reward; no KL) and the toy's log-prob gradient, so
     grad l_ji = -n_ji (c_ji - m) / s (e_y - pi_j), with m, s the batch's token mean and std
     (``core.token_whitening``). ``tile``: the batch is the toy's B prompts repeated ``tile`` times."""
@@ -179,10 +166,10 @@ def simulate_whitened(toy: Toy, R: int, rate: float, seed: int = 0, tile: int = 
     n = (1 + y).double().reshape(R, B * G)
     dirs = (torch.nn.functional.one_hot(y, K).double() - pi[None, :, None, :]).reshape(R, B * G, K)
     q, _ = prompt_keep_probs(scores, 1.0 - rate, q_min=0.05)
-    pmask, q_used = sample_mask(q.expand(R, B).contiguous(), "systematic", gen)
+    pmask, q_used = sample_mask(q.expand(R, B).contiguous(), gen)
     valid = pmask[:, :, None].expand(R, B, G).reshape(R, B * G)
-    p, _ = completion_keep_probs(c, 1.0 - rate, "proportional", 0.05, False, valid=valid)
-    cmask, p_used = sample_mask(p, "systematic", gen)
+    p, _ = completion_keep_probs(c, 1.0 - rate, 0.05, False, valid=valid)
+    cmask, p_used = sample_mask(p, gen)
     cmask &= valid
     pw = torch.where(pmask, 1.0 / q_used, 0.0)[:, :, None].expand(R, B, G).reshape(R, B * G)
     w = torch.where(cmask, pw / torch.where(cmask, p_used, 1.0), 0.0)  # (R, B*G): 1/(q p) or 0

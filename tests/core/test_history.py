@@ -1,5 +1,5 @@
-"""PromptHistory: hand-derived updates and scores, duplicates, growth, a reference loop over seeds,
-exact checkpoint round trips and the memory budget."""
+"""PromptHistory: hand-derived updates and scores, duplicates, growth, a reference loop over seeds, the
+score an unseen prompt takes, exact checkpoint round trips (older versions too) and the memory budget."""
 
 import io
 
@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from openrlhf_dppo.core import PromptHistory
+from openrlhf_dppo.core import PromptHistory, prune_prompts, step_generator
+from openrlhf_dppo.core.history import DECAY, PRIOR
 
 
 def test_hand_update_and_binary_score():
-    h = PromptHistory(capacity=4, decay=0.5, prior=1.0)
+    assert (DECAY, PRIOR) == (0.5, 1.0)
+    h = PromptHistory(capacity=4)
     h.update(torch.tensor([3]), torch.tensor([[1.0, 0.0, 1.0, 1.0]]), step=5)
     # succ = 3, n = 4, var = unbiased var of [1, 0, 1, 1] = (3 * 0.0625 + 0.5625) / 3 = 0.25
     assert (h.count[3], h.last_step[3], h.succ[3], h.n[3]) == (1, 5, 3.0, 4.0)
@@ -24,16 +26,16 @@ def test_hand_update_and_binary_score():
     assert (h.count[3], h.last_step[3], h.succ[3], h.n[3]) == (2, 7, 1.5, 6.0)
     assert h.var[3] == pytest.approx(0.125)
     assert float(h.success([3])[0]) == pytest.approx(0.3125)
-    # never seen (inside and beyond the capacity): +inf, i.e. always kept
+    # never seen (inside and beyond the capacity): +inf
     assert torch.isinf(h.score([0, 1000])).all()
     assert h.last_step[0] == -1
 
 
 def test_continuous_rewards_score_is_std():
-    h = PromptHistory(decay=0.0)
+    h = PromptHistory()
     h.update([0, 1], torch.tensor([[0.5, 1.5, 1.0], [2.0, 2.0, 2.0]]), step=0)
-    assert not h.is_binary()
-    # decay 0: the last group only; var([0.5, 1.5, 1.0], ddof=1) = 0.25 -> std 0.5; constant group -> 0
+    assert not h.all_binary
+    # the first rollout sets var; var([0.5, 1.5, 1.0], ddof=1) = 0.25 -> std 0.5; constant group -> 0
     torch.testing.assert_close(h.score([0, 1]), torch.tensor([0.5, 0.0], dtype=torch.float64))
 
 
@@ -52,10 +54,10 @@ def _reference(idx_batches, reward_batches, decay, prior, G):
 @pytest.mark.parametrize("seed", range(5))
 def test_vectorised_update_matches_reference_loop(seed):
     rng = np.random.default_rng(seed)
-    G, decay, prior = 4, 0.7, 2.0
+    G, decay, prior = 4, DECAY, PRIOR
     idx_batches = [torch.from_numpy(rng.integers(0, 30, size=12)) for _ in range(6)]  # repeats included
     reward_batches = [torch.from_numpy(rng.integers(0, 2, size=(12, G)).astype(np.float64)) for _ in range(6)]
-    h = PromptHistory(decay=decay, prior=prior)
+    h = PromptHistory()
     for step, (i, r) in enumerate(zip(idx_batches, reward_batches)):
         h.update(i, r, step)
     ref = _reference(idx_batches, reward_batches, decay, prior, G)
@@ -69,7 +71,7 @@ def test_vectorised_update_matches_reference_loop(seed):
 
 def test_checkpoint_round_trip_is_exact():
     rng = np.random.default_rng(0)
-    h = PromptHistory(decay=0.3, prior=0.5)
+    h = PromptHistory()
     for step in range(3):
         h.update(rng.integers(0, 50, 16), torch.from_numpy(rng.random((16, 8))), step)
     buf = io.BytesIO()
@@ -85,14 +87,17 @@ def test_checkpoint_round_trip_is_exact():
     h.update([1, 2, 70, 1], nxt, 3)
     h2.update([1, 2, 70, 1], nxt, 3)
     assert torch.equal(h.score(range(80)), h2.score(range(80)))
-    assert h2.decay == 0.3 and h2.prior == 0.5 and h2.group_size == 8 and not h2.all_binary
+    assert h2.group_size == 8 and not h2.all_binary
     with pytest.raises(ValueError, match="version"):
         h2.load_state_dict({**h.state_dict(), "version": 99})
+    # a state made with other constants than this version's is refused
+    with pytest.raises(ValueError, match="decay, prior, reward kind"):
+        h2.load_state_dict({**h.state_dict(), "decay": 0.9})
 
 
 def test_memory_under_budget_for_a_million_prompts():
     h = PromptHistory(capacity=1_000_000)
-    assert h.nbytes / h.capacity == 28  # < 40 bytes per prompt (tokens and mixed: 4 each)
+    assert h.nbytes / h.capacity == 20  # < 40 bytes per prompt
     h.update([1_500_000], torch.ones(1, 2), 0)  # grows on demand
     assert h.capacity >= 1_500_001 and h.count[1_500_000] == 1
 
@@ -103,10 +108,6 @@ def test_input_errors():
         h.update([0, 1], torch.ones(3, 4), 0)
     with pytest.raises(ValueError, match=">= 0"):
         h.update([-1], torch.ones(1, 4), 0)
-    with pytest.raises(ValueError, match="decay"):
-        PromptHistory(decay=1.0)
-    with pytest.raises(ValueError, match="valid: auto, binary, continuous"):
-        PromptHistory(reward_kind="ordinal")
     with pytest.raises(AttributeError):
         h.missing  # noqa: B018
     view = h.count
@@ -114,11 +115,53 @@ def test_input_errors():
         view[0] = 5  # read-only views
 
 
-def test_mean_seen_score_is_the_score_an_unseen_prompt_takes_under_the_mean_rule():
-    h = PromptHistory(capacity=8, decay=0.5, prior=1.0)
+def test_an_unseen_prompt_takes_the_mean_seen_score():
+    h = PromptHistory(capacity=8)
     assert h.mean_seen_score(4) == 1.0  # nothing seen yet: every prompt alike
     h.update([3], torch.tensor([[1.0, 0.0, 1.0, 1.0]]), step=1)  # score 64/81 (hand-derived above)
     h.update([5], torch.ones(1, 4), step=1)  # p_hat = 5/6: 1 - (5/6)^4 - (1/6)^4
     s5 = 1 - (5 / 6) ** 4 - (1 / 6) ** 4
     assert h.mean_seen_score(4) == pytest.approx((64 / 81 + s5) / 2)
     assert torch.isinf(h.score([0])).all()  # the unseen prompt's own score still says "never seen"
+    sig = h.signals([3, 5, 0], 4)
+    assert sig.unseen.tolist() == [False, False, True]
+    torch.testing.assert_close(
+        sig.score, torch.tensor([64 / 81, s5, (64 / 81 + s5) / 2], dtype=torch.float64)
+    )
+
+
+def _history():
+    rng = np.random.default_rng(1)
+    h = PromptHistory()
+    for step in range(3):
+        idx = rng.integers(0, 40, 12)
+        h.update(idx, torch.from_numpy((rng.random((12, 4)) < 0.4).astype(np.float64)), step)
+    return h
+
+
+def test_a_resumed_history_draws_what_the_uninterrupted_one_draws():
+    h = _history()
+    buf = io.BytesIO()
+    torch.save(h.state_dict(), buf)
+    buf.seek(0)
+    resumed = PromptHistory()
+    resumed.load_state_dict(torch.load(buf, weights_only=True))
+    idx = torch.arange(40)
+    a, b = (x.signals(idx, 4) for x in (h, resumed))
+    assert all(torch.equal(x, y) for x, y in zip(a, b)) and a.unseen.any()
+    for policy in ("proportional", "uniform"):
+        da, _ = prune_prompts(a.score, 0.5, 0.1, step_generator(7, 3, 0), policy=policy)
+        db, _ = prune_prompts(b.score, 0.5, 0.1, step_generator(7, 3, 0), policy=policy)
+        assert torch.equal(da.mask, db.mask) and torch.equal(da.prob, db.prob)
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_an_older_state_loads_and_its_costs_are_not_used(version):
+    h = _history()
+    extra = {"tokens": torch.ones(h.capacity)} if version > 1 else {}
+    extra.update({"mixed": torch.zeros(h.capacity)} if version > 2 else {})
+    old = PromptHistory()
+    old.load_state_dict({**h.state_dict(), **extra, "version": version, "decay": 0.5, "prior": 1.0,
+                         "reward_kind": "auto"})  # fmt: skip
+    assert torch.equal(old.score(torch.arange(40), 4), h.score(torch.arange(40), 4))
+    assert old.state_dict()["version"] == 4

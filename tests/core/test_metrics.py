@@ -57,7 +57,7 @@ def test_reward_ht_is_unbiased_for_the_drawn_batch_mean_over_prompt_draws():
     truth_equal = float((rewards == rewards[:, :1]).all(1).double().mean())  # groups 1, 3 and chance ones
     ht, plain, ht_equal = [], [], []
     for r in range(4000):
-        draw, _ = prune_prompts(scores, 0.5, 0.1, "systematic", step_generator(3, r, 0))
+        draw, _ = prune_prompts(scores, 0.5, 0.1, step_generator(3, r, 0))
         kept = draw.mask
         m = reward_stats(rewards[kept], draw.prob[kept], num_drawn=B)
         ht.append(m["rollout/reward_ht"])

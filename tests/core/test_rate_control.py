@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
-from openrlhf_dppo.core import DPPOConfig, PromptRateControl
+from openrlhf_dppo.core import ZERO_SHARE_CAP, DPPOConfig, PromptRateControl
 
 
 def test_fixed_ignores_the_measured_share():
-    c = PromptRateControl.from_config(DPPOConfig(prompt_prune_rate=0.4))
+    c = PromptRateControl.from_config(DPPOConfig(prompt_rate_control="fixed", prompt_prune_rate=0.4))
     for u in (0.0, 0.9, 1.7):
         c.observe(u)
         assert c.rate() == 0.4
@@ -18,19 +18,20 @@ def test_fixed_ignores_the_measured_share():
 
 
 def test_zero_share_starts_at_the_configured_rate_then_follows_the_moving_average_by_hand():
-    cfg = DPPOConfig(prompt_rate_control="zero-share", prompt_prune_rate=0.3, prompt_prune_rate_max=0.6)
+    cfg = DPPOConfig(prompt_rate_control="zero-share", prompt_prune_rate=0.3)
     c = PromptRateControl.from_config(cfg)
+    assert c.cap == ZERO_SHARE_CAP == 0.7
     assert c.rate() == 0.3  # nothing measured yet
     c.observe(0.5)
     assert c.rate() == 0.5  # the first measurement is taken as it is
     c.observe(0.25)
     assert c.rate() == pytest.approx(0.8 * 0.5 + 0.2 * 0.25)  # 0.45
-    c.observe(1.4)  # an HT share above 1: averaged as it is, not clipped
-    assert c.share == pytest.approx(0.8 * 0.45 + 0.2 * 1.4)  # 0.64
-    assert c.rate() == 0.6  # the cap
+    c.observe(1.9)  # an HT share above 1: averaged as it is, not clipped
+    assert c.share == pytest.approx(0.8 * 0.45 + 0.2 * 1.9)  # 0.74
+    assert c.rate() == 0.7  # the cap
     c.observe(0.0)
     c.observe(0.0)
-    assert c.rate() == pytest.approx(0.64 * 0.8**2)
+    assert c.rate() == pytest.approx(0.74 * 0.8**2)
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -0.1])

@@ -1,5 +1,5 @@
-"""Sampling designs: exact marginals (Monte-Carlo), fixed kept counts, the multiple-of rescale, seeding,
-and the vectorised systematic draw against a plain loop over seeds."""
+"""Systematic sampling: exact marginals (Monte-Carlo), fixed kept counts, the multiple-of rescale, never an
+empty draw, seeding, and the vectorised draw against a plain loop over seeds."""
 
 import math
 
@@ -12,34 +12,32 @@ from openrlhf_dppo.core import (
     FIXED_SIZE_FALLBACK,
     FIXED_SIZE_HELD,
     FIXED_SIZE_NOT_MULTIPLE,
-    SAMPLING_DESIGNS,
     fixed_size_probs,
     sample_mask,
     step_generator,
 )
+from openrlhf_dppo.core.sampling import _systematic
 
 P6 = torch.tensor([0.1, 0.35, 0.5, 0.05, 1.0, 0.0], dtype=torch.float64)  # sums to 2.0
 
 
-@pytest.mark.parametrize("design", SAMPLING_DESIGNS.names())
-def test_marginals_equal_the_inclusion_probabilities(design):
+def test_marginals_equal_the_inclusion_probabilities():
     R = 40000
     gen = torch.Generator().manual_seed(1)
-    mask, p_used = sample_mask(P6.expand(R, 6).contiguous(), design, gen)
+    mask, p_used = sample_mask(P6.expand(R, 6).contiguous(), gen)
     assert torch.equal(p_used[0], P6)  # the sum is already an integer: no rescale
     freq = mask.double().mean(0)
     se = (P6 * (1 - P6) / R).sqrt()
     assert torch.all((freq - P6).abs() <= 4 * se + 1e-12), (freq, P6)
     assert torch.all(mask[:, 4]) and not mask[:, 5].any()  # p = 1 always, p = 0 never
-    if design == "systematic":
-        assert torch.all(mask.sum(1) == 2)  # the kept count is exactly sum(p)
+    assert torch.all(mask.sum(1) == 2)  # the kept count is exactly sum(p)
 
 
 def test_systematic_hand():
     # p = [0.5, 0.5, 0.5, 0.5] in the order given by the permutation, start u: cumulative sums
     # 0.5, 1, 1.5, 2; the points u and u + 1 hit exactly one item of each pair (i.e. two items)
     gen = torch.Generator().manual_seed(0)
-    mask, _ = sample_mask(torch.full((4,), 0.5, dtype=torch.float64), "systematic", gen)
+    mask, _ = sample_mask(torch.full((4,), 0.5, dtype=torch.float64), gen)
     assert int(mask.sum()) == 2
 
 
@@ -69,7 +67,7 @@ def test_fixed_size_rescale_properties(p, m, seed):
         assert not any(k % m == 0 for k in range(low, held + free + 1))
     again, _ = fixed_size_probs(q, m)
     assert torch.equal(again, q)  # a row already at its multiple is left unchanged
-    mask, _ = sample_mask(P, "systematic", step_generator(seed, 0), multiple_of=m)
+    mask, _ = sample_mask(P, step_generator(seed, 0), multiple_of=m)
     assert int(mask.sum()) == round(total)
     assert not mask[~pos].any()
 
@@ -85,10 +83,10 @@ def test_fixed_size_hand():
 
 
 def test_fixed_size_holds_the_p_equal_1_items_and_rescales_the_others():
-    # three unseen prompts (q = 1) and three at 0.4: sum 4.2, nearest integer 4. With the 1s held the
+    # three items at p = 1 and three at 0.4: sum 4.2, nearest integer 4. With the 1s held the
     # others would need 1.0 in all, below their floor 3 x 0.4 = 1.2: totals [5, 6] are reachable and 5
     # is nearest, so the others rise to 2/3 each (scale 5/3). Scaling every item would have reached 4 by
-    # moving the unseen prompts down to 0.9333.
+    # moving the p = 1 items down to 0.9333.
     p = torch.tensor([1.0, 1.0, 1.0, 0.4, 0.4, 0.4], dtype=torch.float64)
     q, status = fixed_size_probs(p, 1)
     torch.testing.assert_close(
@@ -110,7 +108,7 @@ def test_multiple_of_unbiased_with_p_used():
     # the rescaled probabilities are the inclusion probabilities actually realised
     R = 40000
     P = torch.tensor([0.2, 0.3, 0.45, 0.6, 0.9, 0.1, 0.15], dtype=torch.float64)  # sum 2.7 -> 4 at m = 4
-    mask, p_used = sample_mask(P.expand(R, 7).contiguous(), "systematic", torch.Generator().manual_seed(5), 4)
+    mask, p_used = sample_mask(P.expand(R, 7).contiguous(), torch.Generator().manual_seed(5), 4)
     q = p_used[0]
     assert abs(float(q.sum()) - 4.0) < 1e-9 and torch.all(mask.sum(1) == 4)
     se = (q * (1 - q) / R).sqrt()
@@ -136,8 +134,7 @@ def test_systematic_matches_loop_reference(seed):
     g = torch.Generator().manual_seed(seed)
     p = (torch.rand(3, 20, generator=g, dtype=torch.float64) * 0.9).round(decimals=2)
     p[:, :2] = 1.0
-    design = SAMPLING_DESIGNS.get("systematic")
-    mask = design(p, torch.Generator().manual_seed(100 + seed))
+    mask = _systematic(p, torch.Generator().manual_seed(100 + seed))
     # replay the same random numbers: one permutation draw then one start per row
     rg = torch.Generator().manual_seed(100 + seed)
     perm = torch.rand(3, 20, generator=rg, dtype=torch.float64).argsort(dim=1)
@@ -149,19 +146,28 @@ def test_systematic_matches_loop_reference(seed):
 
 def test_reproducible_and_streams_differ():
     p = torch.full((64,), 0.5, dtype=torch.float64)
-    a, _ = sample_mask(p, "bernoulli", step_generator(42, 3, 1))
-    b, _ = sample_mask(p, "bernoulli", step_generator(42, 3, 1))
-    c, _ = sample_mask(p, "bernoulli", step_generator(42, 3, 0))
-    d, _ = sample_mask(p, "bernoulli", step_generator(42, 4, 1))
+    a, _ = sample_mask(p, step_generator(42, 3, 1))
+    b, _ = sample_mask(p, step_generator(42, 3, 1))
+    c, _ = sample_mask(p, step_generator(42, 3, 0))
+    d, _ = sample_mask(p, step_generator(42, 4, 1))
     assert torch.equal(a, b) and not torch.equal(a, c) and not torch.equal(a, d)
 
 
+@settings(max_examples=50, deadline=None)
+@given(
+    p=st.lists(st.sampled_from([0.0, 0.01, 0.05, 0.1, 0.3]), min_size=1, max_size=30),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_a_row_with_a_positive_probability_never_keeps_nothing(p, seed):
+    # the rescale moves sum(p) to an integer at least the ceiling of the floors, so at least 1
+    P = torch.tensor(p, dtype=torch.float64)
+    mask, p_used = sample_mask(P, step_generator(seed, 0))
+    assert bool(mask.any()) == bool((P > 0).any())
+    assert abs(float(p_used.sum()) - int(mask.sum())) < 1e-9
+
+
 def test_errors():
-    with pytest.raises(ValueError, match="fixed-size design"):
-        sample_mask(P6, "bernoulli", torch.Generator(), multiple_of=8)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        sample_mask(torch.tensor([1.5]), "systematic", torch.Generator())
-    with pytest.raises(ValueError, match=r"valid: (.*, )?bernoulli, (.*, )?systematic"):
-        sample_mask(P6, "poisson", torch.Generator())
-    with pytest.raises(ValueError, match="already registered"):
-        SAMPLING_DESIGNS.register("bernoulli")(math.floor)
+        sample_mask(torch.tensor([1.5]), torch.Generator())
+    with pytest.raises(ValueError, match="multiple_of"):
+        sample_mask(P6, torch.Generator(), multiple_of=0)

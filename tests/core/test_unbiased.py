@@ -8,7 +8,6 @@ sum divided by the KEPT count instead of B * G) must be off by more than 4 stand
 Seeds are fixed per configuration, so the test is deterministic.
 """
 
-import itertools
 import sys
 import zlib
 from pathlib import Path
@@ -20,14 +19,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from dppo_mc_sim import Toy, simulate  # noqa: E402
 
 from openrlhf_dppo.core import (  # noqa: E402
-    COMPLETION_POLICIES,
-    FIXED_SIZE_DESIGNS,
     PROMPT_POLICIES,
-    SAMPLING_DESIGNS,
     PromptRateControl,
-    PromptSignals,
     prompt_keep_probs,
-    prompt_policy_keep_probs,
     prune_prompts,
     sample_mask,
 )
@@ -35,14 +29,10 @@ from openrlhf_dppo.core import (  # noqa: E402
 R = 10000
 R_HIGH = 40000  # both levels at rate 0.9 keep ~2% of the items: the control needs more replicates
 RATES = (0.3, 0.5, 0.7, 0.9)
-# every registered policy and sampling design: the prompt level's entries name a prompt policy (reading the
-# toy's history: seen prompts with costs that differ, one unseen prompt), the others a completion policy
-DESIGNS = SAMPLING_DESIGNS.names()
-CONFIGS = [("prompt", pol, d, r) for pol in PROMPT_POLICIES.names() for d in DESIGNS for r in RATES] + [
-    (lvl, pol, d, r)
-    for lvl, pol, d, r in itertools.product(
-        ("completion", "both"), COMPLETION_POLICIES.names(), DESIGNS, RATES
-    )
+# the prompt level under every prompt policy (reading the toy's history: one prompt unseen, scored as the
+# mean seen one), the completion level and both levels together (systematic draws throughout)
+CONFIGS = [("prompt", pol, r) for pol in PROMPT_POLICIES.names() for r in RATES] + [
+    (lvl, "uniform-low", r) for lvl in ("completion", "both") for r in RATES
 ]
 
 
@@ -55,55 +45,32 @@ def toy():
     return Toy()
 
 
-@pytest.mark.parametrize("level,policy,design,rate", CONFIGS)
-def test_unbiased_and_kept_count_control_detected(toy, level, policy, design, rate):
-    # systematic draws also exercise the multiple_of rescale (dp_size 2): weights use p_used
-    m = 2 if design in FIXED_SIZE_DESIGNS else 1
+@pytest.mark.parametrize("level,policy,rate", CONFIGS)
+def test_unbiased_and_kept_count_control_detected(toy, level, policy, rate):
+    # the completion draws also exercise the multiple_of rescale (dp_size 2): weights use p_used
     n = R_HIGH if (level, rate) == ("both", 0.9) else R
     if level == "prompt":
-        res = simulate(
-            toy, n, level, rate, design=design, seed=_seed(level, policy, design, rate),
-            prompt_policy=policy, signals=toy.signals("keep"),
-        )  # fmt: skip
+        res = simulate(toy, n, level, rate, seed=_seed(level, policy, rate), prompt_policy=policy,
+                       scores=toy.signals().score)  # fmt: skip
     else:
-        res = simulate(
-            toy, n, level, rate, policy, design, multiple_of=m, seed=_seed(level, policy, design, rate)
-        )
+        res = simulate(toy, n, level, rate, multiple_of=2, seed=_seed(level, policy, "systematic", rate))
     assert res.z.abs().max() < 4.0, f"bias detected: z = {res.z.tolist()}"
     assert res.z_kept_count.abs().max() > 4.0, f"kept-count normaliser not detected: {res.z_kept_count}"
     # Var(g_hat) = Var(g) + E[Var(g_hat | rollouts)] >= Var(g); allow Monte-Carlo noise on the ratio
     assert res.var_ratio > 0.95
 
 
-@pytest.mark.parametrize("level,design,rate", [
-    (lvl, d, r) for lvl in ("prompt", "both") for d in DESIGNS for r in (0.5, 0.9)
+@pytest.mark.parametrize("level,policy,rate", [
+    (lvl, pol, r) for lvl in ("prompt", "both") for pol in PROMPT_POLICIES.names() for r in (0.5, 0.9)
 ])  # fmt: skip
-def test_unseen_prompts_drawn_at_the_mean_score_stay_unbiased(toy, level, design, rate):
-    # --dppo.unseen_prompts mean: the unseen prompt takes the mean score of the seen ones instead of
-    # q = 1, so it can be pruned (and a draw can now be empty: its estimate is then 0, still unbiased)
-    seen = toy.scores[torch.isfinite(toy.scores)]
-    unseen_score = float(seen.mean())
-    q, _ = prompt_keep_probs(toy.scores, 1.0 - rate, q_min=0.05, unseen_score=unseen_score)
-    assert float(q[0]) < 1.0  # the rule is really exercised: the unseen prompt can be dropped
-    m = 2 if design in FIXED_SIZE_DESIGNS else 1
+def test_unseen_prompts_drawn_at_the_mean_score_stay_unbiased(toy, level, policy, rate):
+    # the unseen prompt takes the mean score of the seen ones, so it can be pruned (q < 1)
+    sig = toy.signals()
+    q, _ = prompt_keep_probs(sig.score, 1.0 - rate, 0.05, policy)
+    assert bool(sig.unseen[0]) and not sig.unseen[1:].any() and float(q[0]) < 1.0
     n = R_HIGH if (level, rate) == ("both", 0.9) else R
-    res = simulate(
-        toy, n, level, rate, "uniform-low", design, multiple_of=m, seed=_seed("unseen", level, design, rate),
-        unseen_score=unseen_score,
-    )  # fmt: skip
-    assert res.z.abs().max() < 4.0, f"bias detected: z = {res.z.tolist()}"
-    assert res.z_kept_count.abs().max() > 4.0, f"kept-count normaliser not detected: {res.z_kept_count}"
-
-
-@pytest.mark.parametrize("policy,design", list(itertools.product(PROMPT_POLICIES.names(), DESIGNS)))
-def test_every_prompt_policy_with_unseen_prompts_drawn_at_the_mean_stays_unbiased(toy, policy, design):
-    # --dppo.unseen_prompts mean through the history (PromptHistory.signals): the unseen prompt takes the
-    # seen prompts' mean score and mean E[v] / c, and can be dropped
-    sig = toy.signals("mean")
-    q, _ = prompt_policy_keep_probs(sig, 0.5, policy, q_min=0.05)
-    assert bool(sig.unseen[0]) and not bool(sig.pinned[0]) and float(q[0]) < 1.0
-    res = simulate(toy, R, "both", 0.5, "proportional", design, multiple_of=2 if design in FIXED_SIZE_DESIGNS else 1,
-                   seed=_seed("unseen-policy", policy, design), prompt_policy=policy, signals=sig)  # fmt: skip
+    res = simulate(toy, n, level, rate, multiple_of=2, seed=_seed("unseen", level, policy, rate),
+                   prompt_policy=policy, scores=sig.score)  # fmt: skip
     assert res.z.abs().max() < 4.0, f"bias detected: z = {res.z.tolist()}"
     assert res.z_kept_count.abs().max() > 4.0, f"kept-count normaliser not detected: {res.z_kept_count}"
 
@@ -113,7 +80,7 @@ def test_a_prompt_policy_fed_the_steps_own_rewards_is_detected_as_biased(policy)
     """Leakage control. The draw uses q from the history BEFORE the step (unbiased); the control weights
     the same draw by 1 / q' with q' computed by the same policy from a history that has already learned
     the step's own rewards (what a trainer that re-scores after ``update``, or a replay whose score saw
-    the rollout, would do). A mixed group raises its own E[v], so q' > q exactly where there is gradient
+    the rollout, would do). A mixed group raises its own score, so q' > q exactly where there is gradient
     and the estimate shrinks: the test must see it. (Drawing AND weighting with q' would be a
     Horvitz-Thompson estimate with outcome-dependent but known probabilities, unbiased in this toy; in a
     run the draw comes before the rollout, so the leak shows as weights that do not match the draw.)
@@ -125,15 +92,13 @@ def test_a_prompt_policy_fed_the_steps_own_rewards_is_detected_as_biased(policy)
     full = per_prompt.sum(dim=1) / (toy.B * toy.G)
     past = toy.history(copies=n)  # one history per replicate, the same past in each
     index = torch.arange(n * toy.B)
-    before = past.signals(index, toy.G, toy.estimator)
-    q, _ = prompt_policy_keep_probs(PromptSignals(*(x.reshape(n, toy.B) for x in before)), 0.5, policy, 0.05)
-    mask, q_used = sample_mask(q, "systematic", gen)
+    before = past.signals(index, toy.G).score.reshape(n, toy.B)
+    q, _ = prompt_keep_probs(before, 0.5, 0.05, policy)
+    mask, q_used = sample_mask(q, gen)
     honest = (torch.where(mask, 1.0 / q_used, 0.0)[..., None] * per_prompt).sum(dim=1) / (toy.B * toy.G)
-    past.update(index, rewards.reshape(n * toy.B, toy.G), 99)  # the step's own rewards (lengths unchanged)
-    after = past.signals(index, toy.G, toy.estimator)
-    q_leak, _ = prompt_policy_keep_probs(
-        PromptSignals(*(x.reshape(n, toy.B) for x in after)), 0.5, policy, 0.05
-    )
+    past.update(index, rewards.reshape(n * toy.B, toy.G), 99)  # the step's own rewards
+    after = past.signals(index, toy.G).score.reshape(n, toy.B)
+    q_leak, _ = prompt_keep_probs(after, 0.5, 0.05, policy)
     leaky = (torch.where(mask, 1.0 / q_leak, 0.0)[..., None] * per_prompt).sum(dim=1) / (toy.B * toy.G)
 
     def z(d):
@@ -150,18 +115,15 @@ def test_zero_advantage_drop_needs_no_kl_term():
     # with a KL/entropy-like term (beta != 0) a completion with A == 0 still has a gradient: giving it
     # p = 0 (allow_zero) is biased and must be detected; keeping the floor p_min is unbiased
     toy = Toy(beta=0.5)
-    ok = simulate(toy, R, "completion", 0.5, "proportional", "systematic", allow_zero=False, seed=11)
-    bad = simulate(toy, R, "completion", 0.5, "proportional", "systematic", allow_zero=True, seed=11)
+    ok = simulate(toy, R, "completion", 0.5, allow_zero=False, seed=11)
+    bad = simulate(toy, R, "completion", 0.5, allow_zero=True, seed=11)
     assert ok.z.abs().max() < 4.0
     assert bad.z.abs().max() > 4.0
 
 
 def test_variance_inflation_grows_with_rate(toy):
     # reported next to 1/(1-r) in benchmarks/RESULTS.md; here only its direction is checked
-    ratios = [
-        simulate(toy, R, "completion", r, "uniform-low", "systematic", seed=_seed("var", r)).var_ratio
-        for r in RATES
-    ]
+    ratios = [simulate(toy, R, "completion", r, seed=_seed("var", r)).var_ratio for r in RATES]
     assert all(a < b for a, b in zip(ratios, ratios[1:])), ratios
     assert ratios[0] < 1.0 / (1.0 - RATES[0])
 
@@ -178,7 +140,7 @@ def test_harness_sees_exact_gradient(toy):
     assert grads.shape == (3, toy.B, toy.G, toy.K) and adv.shape == (3, toy.B, toy.G)
 
 
-def _prompt_level_steps(toy: Toy, R: int, design: str, draw, seed: int):
+def _prompt_level_steps(toy: Toy, R: int, draw, seed: int):
     """R steps of the prompt level as OpenRLHF's loop runs them: a draw that keeps no prompt yields no
     rollouts, and the loop asks for another draw for the same step. draw(gen) -> (mask, weight) (B,).
     Returns (g_hat - g over the steps (R, K), number of draws that kept nothing)."""
@@ -196,19 +158,18 @@ def _prompt_level_steps(toy: Toy, R: int, design: str, draw, seed: int):
     return est - full, empty
 
 
-@pytest.mark.parametrize("design", ["bernoulli", "systematic"])
-def test_a_prompt_draw_never_keeps_nothing_and_the_step_stays_unbiased(design):
-    # 3 prompts, none unseen, keep 30%: a plain Bernoulli draw keeps nothing with probability ~0.35.
+def test_a_prompt_draw_never_keeps_nothing_and_the_step_stays_unbiased():
+    # 3 prompts, keep 30%: an independent (Bernoulli) draw keeps nothing with probability ~0.35.
     # prune_prompts (what the samples generator calls) must never leave the step empty, and its
     # weights must stay unbiased for the full batch.
     toy = Toy(B=3, seed=2, unseen=False)
     keep, q_min = 0.3, 0.05
 
     def pruned(gen):
-        d, _ = prune_prompts(toy.scores, keep, q_min, design, gen)
+        d, _ = prune_prompts(toy.scores, keep, q_min, gen)
         return d.mask, d.weight
 
-    d, empty = _prompt_level_steps(toy, 4000, design, pruned, _seed("empty", design))
+    d, empty = _prompt_level_steps(toy, 4000, pruned, _seed("empty", "systematic"))
     z = d.mean(0) / (d.std(dim=0) / len(d) ** 0.5)
     assert z.abs().max() < 4.0, f"bias detected: z = {z.tolist()} ({empty} draws kept nothing)"
     assert empty == 0, f"{empty} prompt draws kept nothing"
@@ -216,31 +177,20 @@ def test_a_prompt_draw_never_keeps_nothing_and_the_step_stays_unbiased(design):
     # the control: Bernoulli weights 1/q with the loop's redraw is conditioned on a non-empty draw,
     # E[g_hat] = g / P(non-empty); the same test must see it
     q, _ = prompt_keep_probs(toy.scores, keep, q_min)
-    p_empty = float(torch.prod(1 - q))
-    assert p_empty > 0.2
+    assert float(torch.prod(1 - q)) > 0.2
 
     def conditioned(gen):
-        mask, q_used = sample_mask(q, "bernoulli", gen)
-        return mask, torch.where(mask, 1.0 / q_used, 0.0)
+        mask = torch.rand(q.shape, generator=gen, dtype=torch.float64) < q
+        return mask, torch.where(mask, 1.0 / q, 0.0)
 
-    d, empty = _prompt_level_steps(toy, 4000, "bernoulli", conditioned, _seed("empty", "control"))
+    d, empty = _prompt_level_steps(toy, 4000, conditioned, _seed("empty", "control"))
     z = d.mean(0) / (d.std(dim=0) / len(d) ** 0.5)
     assert empty > 0 and z.abs().max() > 4.0, (
         f"conditioning on a non-empty draw not detected: z = {z.tolist()}"
     )
 
 
-def test_a_never_empty_bernoulli_draw_reports_its_inclusion_probabilities():
-    # hand-derived: p = (0.5, 0.5): P(non-empty) = 0.75, so each item is kept with 0.5 / 0.75 = 2/3
-    gen = torch.Generator().manual_seed(0)
-    p = torch.full((20000, 2), 0.5, dtype=torch.float64)
-    mask, p_used = sample_mask(p, "bernoulli", gen, nonempty=True)
-    assert mask.any(dim=1).all()
-    assert torch.allclose(p_used, torch.full_like(p, 2 / 3))
-    assert abs(float(mask.double().mean()) - 2 / 3) < 0.01  # 4 standard errors: 4 * 0.0033
-
-
-def _controlled_steps(toy: Toy, R: int, T: int, design: str, seed: int, weights_at_initial: bool = False):
+def _controlled_steps(toy: Toy, R: int, T: int, seed: int, weights_at_initial: bool = False):
     """R runs of T steps of the prompt level whose rate comes from ``PromptRateControl`` (zero-share):
     step t prunes at the moving average of the HT all-equal shares of steps < t, so its q depend on
     earlier rollouts. weights_at_initial: the control -- the draw uses the controlled q, the weights 1 / q
@@ -255,7 +205,7 @@ def _controlled_steps(toy: Toy, R: int, T: int, design: str, seed: int, weights_
         adv, grads = toy.rollouts(T, gen)
         for t in range(T):
             rate = ctl.rate()
-            d, _ = prune_prompts(toy.scores, 1.0 - rate, 0.1, design, gen)
+            d, _ = prune_prompts(toy.scores, 1.0 - rate, 0.1, gen)
             weight = d.weight
             if weights_at_initial:
                 weight = torch.where(d.mask, 1.0 / q0, 0.0)
@@ -267,17 +217,16 @@ def _controlled_steps(toy: Toy, R: int, T: int, design: str, seed: int, weights_
     return torch.stack(diffs), torch.tensor(rates)
 
 
-@pytest.mark.parametrize("design", DESIGNS)
-def test_a_prune_rate_set_from_earlier_steps_by_the_zero_share_control_stays_unbiased(design):
+def test_a_prune_rate_set_from_earlier_steps_by_the_zero_share_control_stays_unbiased():
     # --dppo.prompt_rate_control zero-share: the rate of a draw follows the measured share of groups
     # without gradient; it is fixed before the step's rollout, so the step's estimate stays unbiased
     toy = Toy(B=6, seed=4)
-    d, rates = _controlled_steps(toy, 1500, 3, design, _seed("control", design))
+    d, rates = _controlled_steps(toy, 1500, 3, _seed("control", "systematic"))
     assert float(rates.std()) > 0.1 and float(rates.max()) > 0.5  # the rate really moves, above the start
     z = d.mean(0) / (d.std(dim=0) / len(d) ** 0.5)
     assert z.abs().max() < 4.0, f"bias detected: z = {z.tolist()}"
     # the control: weights at the first rate while the draw used the controlled one must be detected
-    d, _ = _controlled_steps(toy, 1500, 3, design, _seed("control", design), weights_at_initial=True)
+    d, _ = _controlled_steps(toy, 1500, 3, _seed("control", "systematic"), weights_at_initial=True)
     z = d.mean(0) / (d.std(dim=0) / len(d) ** 0.5)
     assert z.abs().max() > 4.0, (
         f"weights that do not match the controlled rate not detected: z = {z.tolist()}"
@@ -320,12 +269,9 @@ def test_reinforce_baselines_estimated_token_statistics_are_consistent_and_the_u
     assert abs(float(large.mean_err.mean())) < 4 * float(large.mean_err.std()) / 1500**0.5 + 0.1 * abs(bias)
 
 
-@pytest.mark.parametrize("design", ["systematic", "bernoulli"])
-def test_rloo_is_unbiased_under_pruning(design):
+def test_rloo_is_unbiased_under_pruning():
     """RLOO's baseline is within the group, so it is computed on the full group and the pruned estimate
     stays unbiased; the kept-count normaliser is detected."""
-    m = 2 if design in FIXED_SIZE_DESIGNS else 1
-    res = simulate(Toy(estimator="rloo"), R, "both", 0.5, "proportional", design, multiple_of=m,
-                   seed=_seed("rloo", design))  # fmt: skip
+    res = simulate(Toy(estimator="rloo"), R, "both", 0.5, multiple_of=2, seed=_seed("rloo", "systematic"))
     assert res.z.abs().max() < 4.0, f"bias detected: z = {res.z.tolist()}"
     assert res.z_kept_count.abs().max() > 4.0, f"kept-count normaliser not detected: {res.z_kept_count}"

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from openrlhf_dppo.core.config import MODE_PRESETS, DPPOConfig
 from openrlhf_dppo.recipe import ConfigError, expand_argv, load_command, load_config, resolve_vars
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,23 +172,15 @@ def test_commands_pass_the_cli_parser_and_config_flag_expands_to_the_same_run():
             "False",
         )
     assert dppo["dppo.enable"] == "True" and grpo["dppo.enable"] == "False"
-    # the recommended mode (--dppo.mode): zero-share from 0.5, unseen prompts drawn, no completion pruning
-    assert (dppo["dppo.mode"], dppo["dppo.prompt_rate_control"], dppo["dppo.unseen_prompts"]) == (
-        "'recommended'",
-        "'zero-share'",
-        "'mean'",
-    )
+    # DPPO's defaults: zero-share from 0.5, no completion pruning
+    assert dppo["dppo.prompt_rate_control"] == "'zero-share'"
     assert float(dppo["dppo.prompt_prune_rate"]) == 0.5 and float(dppo["dppo.completion_prune_rate"]) == 0.0
-    # apart from --dppo.enable (and the run directory) the two parsed runs are identical, but for the
-    # preset's values: a GRPO run takes none (its --dppo.* fields keep their defaults)
-    preset = {f"dppo.{k}" for k, v in MODE_PRESETS["recommended"].items() if v != getattr(DPPOConfig(), k)}
-    assert preset == {"dppo.prompt_rate_control", "dppo.prompt_prune_rate", "dppo.unseen_prompts"}
+    # apart from --dppo.enable (and the run directory) the two parsed runs are identical
     assert {k for k in dppo if dppo[k] != grpo[k]} == {
         "dppo.enable",
         "ckpt.output_dir",
         "ckpt.path",
         "logger.tensorboard_dir",
-        *preset,
     }
 
 
