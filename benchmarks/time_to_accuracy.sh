@@ -3,22 +3,16 @@
 # or countdown; issue 15; METHOD.md "Measuring the promise"). The arms, each run through examples/scripts/train_tiny_cpu.sh, which keeps
 # every setting equal across arms but the algorithm flags (same packing, eval schedule, seed):
 #   grpo     GRPO (--dppo.enable false), the baseline
-#   shrink   DPPO r_q = r_o = 0.5, --dppo.prompt_batch shrink (a step rolls out the kept prompts only)
-#   refill   DPPO r_q = r_o = 0.5, --dppo.prompt_batch refill (about B prompts rolled out per step)
+#   zero-share  DPPO at its defaults: the prompt prune rate follows the measured share of groups without
+#            gradient (--dppo.prompt_rate_control zero-share; R_Q, 0.5, is only the first step's rate), no
+#            completion pruning (R_O=0; completions with zero advantage are still dropped, exactly)
+#   shrink-unseen  DPPO at a fixed r_q = r_o = 0.5 (--dppo.prompt_rate_control fixed; the names of the
+#            fixed-rate arms are those of the sittings that ran them)
+#   shrink-unseen-ro0  shrink-unseen without completion pruning (R_O=0: r_o = 0)
 #   df       GRPO with OpenRLHF's dynamic filtering (DAPO dynamic sampling; the GRESO-style baseline)
-#   shrink-unseen  shrink with --dppo.unseen_prompts mean (the first epoch's prompts pruned at the target
-#            rate too, not all kept)
-#   refill-unseen  refill with --dppo.unseen_prompts mean (about B prompts rolled out from the first step,
-#            not 2B while the prompts are unseen)
-#   shrink-unseen-ro0  shrink-unseen without completion pruning (R_O=0: r_o = 0; completions with zero
-#            advantage are still dropped, exactly)
-#   zero-share  shrink-unseen-ro0 whose prompt prune rate follows the measured share of groups without
-#            gradient (--dppo.prompt_rate_control zero-share; R_Q, 0.5, is only the first step's rate)
-#   grpo-half  GRPO with half the prompts a step (PROMPTS / 2): the batch shrink rolls out at r_q = 0.5, a
+#   grpo-half  GRPO with half the prompts a step (PROMPTS / 2): the batch DPPO rolls out at r_q = 0.5, a
 #            control for "is it only a smaller batch?" (compare names it a control, GRPO at DPPO's budget,
 #            comparable: it differs in its batch by design)
-#   X-sqrt   DPPO arm X under --dppo.prompt_policy sqrt (q proportional to the square root of the history's
-#            posterior mean second moment: the variance-optimal keep rule), e.g. zero-share-sqrt
 #   X-async  arm X under OpenRLHF's asynchronous trainer (--train.async_enable: the next batch is generated
 #            while the last one trains), e.g. grpo-async, zero-share-async (its -budget control is async GRPO)
 # The equal-cost controls (METHOD.md "Measuring the promise"), for any DPPO arm X above:
@@ -30,24 +24,23 @@
 #            X's seeds: the runs stay interleaved, and each control spends what the run it controls spent
 #            (its batch may differ by a prompt between seeds; compare matches it to X by the mean)
 # Every sitting runs them: each DPPO arm in ARMS that is not a control is followed, in every seed, by its
-# X-uniform and X-budget (with X's step count; X-sqrt by X-uniform, run once, and X-sqrt-budget) unless
-# ARMS names them itself (X-budget after X) or
+# X-uniform and X-budget (with X's step count) unless ARMS names them itself (X-budget after X) or
 # CONTROLS=0 (then compare's column "vs the same budget, chosen at random" says "no control run"). The
 # recorded commands of sittings before the controls ran without them: CONTROLS=0 repeats them exactly.
-# Every DPPO arm runs train_tiny_cpu.sh with MODE=custom (its flags as written here; zero-share is what
-# --dppo.mode recommended expands to).
+# Arms whose flags were removed (shrink, refill, refill-unseen, X-sqrt) are refused: they are recoverable
+# from tag laboratory-v1.
 # The runs are interleaved (seed 1 of every arm, then seed 2, ...), so slow drift in the machine's load
 # reaches every arm alike. Then `openrlhf-dppo compare` over all runs writes the report (mean and spread
 # over seeds; training time = the sum of step times, start-up and evaluation excluded) to $OUT/report; a
 # report already there (a sitting extended with new seeds) is first moved to $OUT/report.1 (.2, ...).
 #
-#   bash benchmarks/time_to_accuracy.sh                     # SEEDS="1 2 3", ARMS="grpo shrink refill df",
+#   bash benchmarks/time_to_accuracy.sh                     # SEEDS="1 2 3", ARMS="grpo zero-share df",
 #                                                           # each DPPO arm followed by its two controls
 #   ARMS="grpo zero-share" bash benchmarks/time_to_accuracy.sh  # grpo zero-share zero-share-uniform
 #                                                           # zero-share-budget, interleaved
 #   SEEDS="1" STEPS=50 bash benchmarks/time_to_accuracy.sh  # a quick look
-#   TASK=countdown ARMS="grpo shrink" bash benchmarks/time_to_accuracy.sh
-#   ARMS="grpo shrink:300 refill:200" bash benchmarks/time_to_accuracy.sh  # per-arm step counts
+#   TASK=countdown ARMS="grpo shrink-unseen" bash benchmarks/time_to_accuracy.sh
+#   ARMS="grpo zero-share:300 shrink-unseen:200" bash benchmarks/time_to_accuracy.sh  # per-arm step counts
 #   PRINT_CMD=1 TASK=countdown bash benchmarks/time_to_accuracy.sh  # each run's command; nothing is run
 #   SCHEDULE_STEPS=300 ARMS="zero-share:300 df:100" bash benchmarks/time_to_accuracy.sh  # df stopped at
 #       step 100 of the 300-step lr schedule every arm follows (a slow arm cut short, the schedule kept)
@@ -81,7 +74,7 @@ case "$TASK" in
   *) echo "TASK must be addition or countdown, got '$TASK'" >&2; exit 2 ;;
 esac
 SEEDS=${SEEDS:-1 2 3}
-ARMS=${ARMS:-grpo shrink refill df}
+ARMS=${ARMS:-grpo zero-share df}
 read -r -a DF_RANGE <<< "${DF_RANGE:-0.01 0.99}"
 read -r -a COMMON_FLAGS <<< "${FLAGS:-}"  # every arm alike
 
@@ -93,28 +86,19 @@ arm_env() {  # arm -> "ALGO [VAR=value ...] extra-flags...": the VAR=value words
         echo "arm 'grpo-half' needs PROMPTS >= 2 (it runs PROMPTS / 2 a step), got '${PROMPTS:-64}'" >&2; return 2
       fi
       echo "grpo PROMPTS=$(( ${PROMPTS:-64} / 2 ))" ;;
-    shrink) echo "dppo MODE=custom --dppo.prompt_batch shrink" ;;
-    refill) echo "dppo MODE=custom --dppo.prompt_batch refill" ;;
-    shrink-unseen) echo "dppo MODE=custom --dppo.prompt_batch shrink --dppo.unseen_prompts mean" ;;
-    refill-unseen) echo "dppo MODE=custom --dppo.prompt_batch refill --dppo.unseen_prompts mean" ;;
-    shrink-unseen-ro0) echo "dppo MODE=custom R_O=0 --dppo.prompt_batch shrink --dppo.unseen_prompts mean" ;;
-    zero-share) echo "dppo MODE=custom R_O=0 --dppo.prompt_batch shrink --dppo.unseen_prompts mean" \
-                     "--dppo.prompt_rate_control zero-share" ;;
+    zero-share) echo "dppo R_Q=0.5 R_O=0" ;;  # DPPO's defaults, written out
+    shrink-unseen) echo "dppo R_Q=0.5 R_O=0.5 --dppo.prompt_rate_control fixed" ;;
+    shrink-unseen-ro0) echo "dppo R_Q=0.5 R_O=0 --dppo.prompt_rate_control fixed" ;;
     df) echo "grpo --algo.dynamic_filtering_enable --algo.dynamic_filtering_range ${DF_RANGE[*]}" ;;
-    *-sqrt)
-      local words
-      if ! words=$(arm_env "${1%-sqrt}" 2> /dev/null) || [[ "$words" != dppo* ]] \
-          || [[ "$words" == *--dppo.prompt_policy* ]]; then
-        echo "unknown arm '$1' (X-sqrt is a DPPO arm X under --dppo.prompt_policy sqrt)" >&2; return 2
-      fi
-      echo "$words --dppo.prompt_policy sqrt" ;;
+    shrink|refill|refill-unseen|*-sqrt|*-sqrt-*)
+      echo "arm '$1' ran flags that were removed (--dppo.prompt_batch, --dppo.unseen_prompts keep," \
+        "--dppo.prompt_policy sqrt); it is recoverable from tag laboratory-v1" >&2; return 2 ;;
     *-uniform|*-budget)
       local base=${1%-*} words
       if ! words=$(arm_env "$base" 2> /dev/null) || [[ "$words" != dppo* ]] \
           || [[ "$1" == *-uniform && "$words" == *--dppo.prompt_policy* ]]; then
-        echo "unknown arm '$1' (the controls -uniform and -budget follow a DPPO arm: shrink, refill," \
-          "shrink-unseen, refill-unseen, shrink-unseen-ro0, zero-share; X-sqrt's uniform control is" \
-          "X-uniform)" >&2; return 2
+        echo "unknown arm '$1' (the controls -uniform and -budget follow a DPPO arm: zero-share," \
+          "shrink-unseen, shrink-unseen-ro0)" >&2; return 2
       fi
       if [[ "$1" == *-uniform ]]; then echo "$words --dppo.prompt_policy uniform"
       elif [[ "$base" == *-async ]]; then echo "grpo --train.async_enable"  # an async arm's: async GRPO
@@ -125,10 +109,8 @@ arm_env() {  # arm -> "ALGO [VAR=value ...] extra-flags...": the VAR=value words
         echo "unknown arm '$1' (X-async is arm X under OpenRLHF's asynchronous trainer)" >&2; return 2
       fi
       echo "$words --train.async_enable" ;;
-    *) echo "unknown arm '$1' (grpo, shrink, refill, df, shrink-unseen, refill-unseen, shrink-unseen-ro0," \
-         "zero-share, grpo-half, a DPPO arm under the square-root rule X-sqrt, any of them under the async" \
-         "trainer X-async, or a DPPO arm's control" \
-         "X-uniform, X-budget)" >&2; return 2 ;;
+    *) echo "unknown arm '$1' (grpo, zero-share, shrink-unseen, shrink-unseen-ro0, df, grpo-half, any of" \
+         "them under the async trainer X-async, or a DPPO arm's control X-uniform, X-budget)" >&2; return 2 ;;
   esac
 }
 is_control() { [[ "$1" == *-uniform || "$1" == *-budget ]]; }
@@ -179,7 +161,7 @@ for spec in $ARMS; do
   LISTED+=" $spec"
   if [ "${CONTROLS:-1}" = 1 ] && ! is_control "$arm" && is_dppo "$arm"; then
     steps=${spec#"$arm"}  # ":300" or empty: a control runs X's steps
-    for control in "${arm%-sqrt}-uniform" "$arm-budget"; do  # X-sqrt's uniform draw is X's: one run
+    for control in "$arm-uniform" "$arm-budget"; do
       if [[ "$NAMED" != *" $control "* && " $LISTED " != *" $control "* && " $LISTED " != *" $control:"* ]]; then
         LISTED+=" $control$steps"
       fi
@@ -257,7 +239,7 @@ for arm in $NAMES; do args+=(--arm "$arm=$OUT/${arm}_s*"); done
 REPORT="$OUT/report"
 # where an earlier report is kept (an earlier sitting's, e.g. before this one added seeds): report.1, .2, ...
 kept_name() { local n=1; while [ -e "$REPORT.$n" ]; do n=$((n + 1)); done; echo "$REPORT.$n"; }
-if [[ "$NAMES " != *" grpo "* ]]; then  # e.g. ARMS="refill df" next to an earlier run's grpo arm
+if [[ "$NAMES " != *" grpo "* ]]; then  # e.g. ARMS="zero-share df" next to an earlier run's grpo arm
   echo "[tta] no grpo arm in ARMS: compare these runs with the baseline's yourself, e.g."
   if [ -e "$REPORT" ]; then echo "      mv $REPORT $(kept_name)    # keeps the earlier report"; fi
   quoted=""; for arm in $NAMES; do quoted+=" --arm '$arm=$OUT/${arm}_s*'"; done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job on a CPU machine: GRPO, then DPPO (--dppo.mode recommended) with the same seed, on the embedded
+# The main job on a CPU machine: GRPO, then DPPO (its defaults) with the same seed, on the embedded
 # tiny task through OpenRLHF's real Ray pipeline (examples/scripts/train_tiny_cpu.sh), then the
 # comparison: held-out accuracy against training time, step times, tokens generated / trained / pruned.
 #
@@ -8,8 +8,8 @@
 #   STEPS=30 bash examples/scripts/demo_tiny_cpu.sh   # a quick look
 #
 # A quick look trains on a smaller pool (POOL=auto, see train_tiny_cpu.sh: STEPS=30 draws from 640 of the
-# 2,000 training prompts), so that prompts come back and DPPO prunes at both levels; every prompt is
-# unseen, and kept, in its first epoch. POOL=2000 gives the full pool at any STEPS.
+# 2,000 training prompts), so that prompts come back and DPPO's prompt scores come from their history; in
+# its first epoch every prompt takes the mean seen score. POOL=2000 gives the full pool at any STEPS.
 #
 # Neither run pays a one-time cost the other escapes: the tiny assets and DeepSpeed's CPU ops (compiled
 # on first use) are built here, before either run starts. Start-up and evaluation are reported apart

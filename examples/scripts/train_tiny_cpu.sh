@@ -25,10 +25,9 @@
 #                        warm-up either way
 #   PROMPTS [64]         prompts per step;  SAMPLES [8]: completions per prompt (temperature 1)
 #   EVAL_STEPS [10]      evaluate the held-out set every this many steps (greedy, 500 prompts)
-#   MODE [recommended]   dppo only: recommended (--dppo.mode recommended: zero-share prompt pruning from 0.5,
-#                        unseen prompts drawn, no completion pruning) | custom (fixed rates R_Q, R_O)
-#   R_Q, R_O [custom: 0.5 0.5]  DPPO's prompt and completion prune rates (dppo only; under MODE=recommended
-#                        only when set, overriding the mode's)
+#   R_Q, R_O [unset]     dppo only: --dppo.prompt_prune_rate and --dppo.completion_prune_rate when set; unset,
+#                        DPPO's defaults (zero-share prompt pruning from 0.5, no completion pruning); a fixed
+#                        prompt rate: add --dppo.prompt_rate_control fixed to the arguments
 #   POOL [2000]          training prompts: all 2000 of $TINY/data/train.jsonl, a number N (its first N,
 #                        written to $TINY/data/train_N.jsonl), or auto: all of them, or for a run shorter
 #                        than three epochs of them a third of the prompts it draws (see below)
@@ -43,17 +42,14 @@ cd "$(dirname "$0")/../.."
 
 ALGO=${ALGO:-grpo}
 SEED=${SEED:-1}
-MODE=${MODE:-recommended}
-case "$MODE" in
-  recommended)  # --dppo.mode recommended; R_Q / R_O, when set, override its rates
-    DPPO_FLAGS=(--dppo.mode recommended ${R_Q:+--dppo.prompt_prune_rate "$R_Q"}
-                ${R_O:+--dppo.completion_prune_rate "$R_O"}) ;;
-  custom) DPPO_FLAGS=(--dppo.prompt_prune_rate "${R_Q:-0.5}" --dppo.completion_prune_rate "${R_O:-0.5}") ;;
-  *) echo "MODE must be recommended or custom, got '$MODE'" >&2; exit 2 ;;
-esac
+if [ -n "${MODE:-}" ]; then  # the --dppo.mode preset is gone: its values are DPPO's defaults
+  echo "MODE is no longer read: DPPO runs its defaults; set R_Q / R_O, and pass --dppo.prompt_rate_control" \
+    "fixed for a fixed prompt rate" >&2; exit 2
+fi
+DPPO_FLAGS=(${R_Q:+--dppo.prompt_prune_rate "$R_Q"} ${R_O:+--dppo.completion_prune_rate "$R_O"})
 case "$ALGO" in
   grpo) ALGO_FLAGS=(--dppo.enable false) ;;
-  dppo) ALGO_FLAGS=(--dppo.enable true "${DPPO_FLAGS[@]}" --dppo.seed "$SEED") ;;
+  dppo) ALGO_FLAGS=(--dppo.enable true ${DPPO_FLAGS[@]+"${DPPO_FLAGS[@]}"} --dppo.seed "$SEED") ;;
   *) echo "ALGO must be grpo or dppo, got '$ALGO'" >&2; exit 2 ;;
 esac
 
@@ -82,9 +78,10 @@ PRECISION=$("$PY" -m openrlhf_dppo.precision ${PRECISION:+"$PRECISION"} --name P
 PROMPTS=${PROMPTS:-64}
 SAMPLES=${SAMPLES:-8}
 FULL_POOL=2000  # prompts in $TINY/data/train.jsonl (N_TRAIN of tiny/build.py and tiny/countdown.py)
-# POOL=auto: a prompt is unseen (q = 1, never pruned) until its second epoch, so a run of fewer than three
-# epochs of the full pool (94 steps of 64) would show little or no prompt pruning; it trains on a third
-# of the prompts it draws instead (STEPS=30: 640 prompts, an epoch of 10 steps), at least one batch.
+# POOL=auto: a prompt's score is known only from its second epoch on (before, it takes the mean seen score),
+# so a run of fewer than three epochs of the full pool (94 steps of 64) would draw mostly on no history; it
+# trains on a third of the prompts it draws instead (STEPS=30: 640 prompts, an epoch of 10 steps), at least
+# one batch.
 POOL=${POOL:-$FULL_POOL}
 if [ "$POOL" = auto ]; then
   POOL=$(( STEPS * PROMPTS >= 3 * FULL_POOL ? FULL_POOL : STEPS * PROMPTS / 3 ))
@@ -95,9 +92,9 @@ if ! [[ "$POOL" =~ ^[0-9]+$ ]] || (( POOL < PROMPTS || POOL > FULL_POOL )); then
 fi
 PROMPT_FILE="$TINY/data/train.jsonl"
 if (( POOL < FULL_POOL )); then PROMPT_FILE="$TINY/data/train_$POOL.jsonl"; fi
-# Episodes enough for STEPS steps even when a step draws more than PROMPTS prompts: DPPO refill draws
-# floor(PROMPTS / (1 - r_q)) per step and dynamic filtering draws until PROMPTS groups pass its filter
-# (about 1.8 x PROMPTS here). --dppo.max_steps stops the run at STEPS, so the surplus is never drawn.
+# Episodes enough for STEPS steps even when a step draws more than PROMPTS prompts: dynamic filtering draws
+# until PROMPTS groups pass its filter (about 1.8 x PROMPTS here). --dppo.max_steps stops the run at STEPS,
+# so the surplus is never drawn.
 DRAW_FACTOR=4
 # EPISODE_STEPS (default STEPS): the step count the episodes are sized for; benchmarks/time_to_accuracy.sh
 # sets it to its longest arm's, so arms with their own step counts pass the same --train.num_episodes.

@@ -9,6 +9,8 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "benchmarks", "time_to_accuracy.sh")
 
@@ -70,16 +72,16 @@ def value(cmd: list[str], flag: str) -> str:
 
 
 def test_every_arm_of_every_seed_runs_interleaved_on_the_chosen_task():
-    runs = commands(pending=True, TASK="countdown", SEEDS="1 2", ARMS="grpo shrink refill df")
+    runs = commands(pending=True, TASK="countdown", SEEDS="1 2", ARMS="grpo zero-share shrink-unseen df")
     # each DPPO arm is followed by its two equal-cost controls
     arms = (
         "grpo",
-        "shrink",
-        "shrink-uniform",
-        "shrink-budget",
-        "refill",
-        "refill-uniform",
-        "refill-budget",
+        "zero-share",
+        "zero-share-uniform",
+        "zero-share-budget",
+        "shrink-unseen",
+        "shrink-unseen-uniform",
+        "shrink-unseen-budget",
         "df",
     )
     assert [(arm, seed) for arm, seed, _ in runs] == [(arm, seed) for seed in ("1", "2") for arm in arms]
@@ -92,11 +94,18 @@ def test_every_arm_of_every_seed_runs_interleaved_on_the_chosen_task():
         assert value(cmd, "--train.seed") == seed
         assert value(cmd, "--dppo.enable") == ("true" if arm not in ("grpo", "df") else "false")
         if arm not in ("grpo", "df"):
-            assert value(cmd, "--dppo.prompt_batch") == arm.split("-")[0]
+            assert value(cmd, "--dppo.prompt_prune_rate") == "0.5"
+            if arm.startswith("shrink-unseen"):
+                assert value(cmd, "--dppo.prompt_rate_control") == "fixed"
+            else:  # zero-share: the default rate control
+                assert "--dppo.prompt_rate_control" not in cmd
         assert ("--algo.dynamic_filtering_enable" in cmd) == (arm == "df")
 
 
-def test_the_first_task_stays_the_default():
+def test_the_default_arms_and_the_first_task():
+    assert [arm for arm, _, _ in commands(pending=True, SEEDS="1")] == [
+        "grpo", "zero-share", "zero-share-uniform", "zero-share-budget", "df",
+    ]  # fmt: skip
     (arm, seed, cmd), *_ = commands(SEEDS="3", ARMS="grpo")
     assert (arm, seed) == ("grpo", "3")
     assert value(cmd, "--reward.remote_url") == "openrlhf_dppo/rewards/arithmetic.py"
@@ -116,24 +125,24 @@ def test_a_run_the_training_script_refuses_stops_the_benchmark():
 
 
 def test_an_arm_can_have_its_own_step_count():
-    runs = commands(SEEDS="1", ARMS="grpo shrink:300 refill:200", STEPS="120")
+    runs = commands(SEEDS="1", ARMS="grpo zero-share:300 shrink-unseen:200", STEPS="120")
     assert [(arm, value(cmd, "--dppo.max_steps")) for arm, _, cmd in runs] == [
         ("grpo", "120"),
-        ("shrink", "300"),
-        ("shrink-uniform", "300"),  # a control runs its DPPO arm's steps
-        ("refill", "200"),
-        ("refill-uniform", "200"),
+        ("zero-share", "300"),
+        ("zero-share-uniform", "300"),  # a control runs its DPPO arm's steps
+        ("shrink-unseen", "200"),
+        ("shrink-unseen-uniform", "200"),
     ]
     assert [value(cmd, "--ckpt.output_dir") for _, _, cmd in runs] == [
         "runs/tta/grpo_s1",
-        "runs/tta/shrink_s1",
-        "runs/tta/shrink-uniform_s1",
-        "runs/tta/refill_s1",
-        "runs/tta/refill-uniform_s1",
+        "runs/tta/zero-share_s1",
+        "runs/tta/zero-share-uniform_s1",
+        "runs/tta/shrink-unseen_s1",
+        "runs/tta/shrink-unseen-uniform_s1",
     ]
     assert len({value(cmd, "--train.num_episodes") for _, _, cmd in runs}) == 1  # sized for the longest arm
-    res = run(ARMS="grpo shrink:lots")
-    assert res.returncode == 2 and "arm 'shrink:lots'" in res.stderr and res.stdout == ""
+    res = run(ARMS="grpo zero-share:lots")
+    assert res.returncode == 2 and "arm 'zero-share:lots'" in res.stderr and res.stdout == ""
 
 
 def test_one_lr_schedule_for_every_arm_lets_a_slow_arm_be_cut_short():
@@ -152,25 +161,29 @@ def test_one_lr_schedule_for_every_arm_lets_a_slow_arm_be_cut_short():
     assert "SCHEDULE_STEPS must be a step count >= the longest arm's (300), got '200'" in res.stderr
 
 
-def test_the_unseen_arms_add_the_mean_rule_to_their_prompt_batch_mode():
-    runs = commands(SEEDS="1", ARMS="shrink-unseen refill-unseen refill", CONTROLS="0")
-    flags = {
-        arm: (value(cmd, "--dppo.prompt_batch"), cmd.count("--dppo.unseen_prompts")) for arm, _, cmd in runs
-    }
-    assert flags == {"shrink-unseen": ("shrink", 1), "refill-unseen": ("refill", 1), "refill": ("refill", 0)}
-    for arm, _, cmd in runs:
-        assert value(cmd, "--dppo.enable") == "true"
-        if arm.endswith("-unseen"):
-            assert value(cmd, "--dppo.unseen_prompts") == "mean"
-        assert value(cmd, "--ckpt.output_dir") == f"runs/tta/{arm}_s1"
+@pytest.mark.parametrize(
+    "arms",
+    [
+        "grpo shrink",
+        "grpo refill",
+        "grpo refill-unseen",
+        "grpo zero-share-sqrt",
+        "grpo zero-share-sqrt-uniform",
+    ],
+)
+def test_an_arm_whose_flags_were_removed_is_refused_before_any_run(arms):
+    res = run(SEEDS="1", ARMS=arms)
+    bad = arms.split()[1]
+    assert res.returncode == 2 and res.stdout == "", res.stderr
+    assert f"arm '{bad}' ran flags that were removed" in res.stderr and "tag laboratory-v1" in res.stderr
 
 
-def test_the_zero_share_arm_is_the_ro0_arm_with_the_rate_control():
+def test_the_zero_share_arm_is_the_ro0_arm_under_the_default_rate_control():
     runs = dict((arm, cmd) for arm, _, cmd in commands(SEEDS="1", ARMS="shrink-unseen-ro0 zero-share"))
     zs, ro0 = runs["zero-share"], runs["shrink-unseen-ro0"]
-    assert value(zs, "--dppo.prompt_rate_control") == "zero-share" and "--dppo.prompt_rate_control" not in ro0
-    for flag in ("--dppo.prompt_prune_rate", "--dppo.completion_prune_rate", "--dppo.prompt_batch",
-                 "--dppo.unseen_prompts", "--rollout.batch_size", "--train.seed"):  # fmt: skip
+    assert value(ro0, "--dppo.prompt_rate_control") == "fixed" and "--dppo.prompt_rate_control" not in zs
+    for flag in ("--dppo.prompt_prune_rate", "--dppo.completion_prune_rate", "--rollout.batch_size",
+                 "--train.seed"):  # fmt: skip
         assert value(zs, flag) == value(ro0, flag)
     assert value(zs, "--ckpt.output_dir") == "runs/tta/zero-share_s1"
 
@@ -180,12 +193,7 @@ def test_the_ro0_arm_is_shrink_unseen_without_completion_pruning():
     ro0, base = runs["shrink-unseen-ro0"], runs["shrink-unseen"]
     assert value(ro0, "--dppo.completion_prune_rate") == "0"
     assert value(base, "--dppo.completion_prune_rate") == "0.5"
-    for flag in (
-        "--dppo.prompt_prune_rate",
-        "--dppo.prompt_batch",
-        "--dppo.unseen_prompts",
-        "--rollout.batch_size",
-    ):
+    for flag in ("--dppo.prompt_prune_rate", "--dppo.prompt_rate_control", "--rollout.batch_size"):
         assert value(ro0, flag) == value(base, flag)
     assert ro0.count("--dppo.completion_prune_rate") == 1  # set once, through train_tiny_cpu.sh's R_O
 
@@ -457,29 +465,3 @@ def test_flags_reach_every_arm_and_control_alike(tmp_path):
     budget = {arm: cmd for arm, _, cmd in commands(FLAGS=" ".join(extra), **env)}
     assert value(budget["zero-share-async-budget"], "--rollout.batch_size") == "40"
     assert budget["zero-share-async-budget"][-len(extra) - 1 :] == ["--train.async_enable", *extra]
-
-
-def test_a_sqrt_arm_is_its_dppo_arm_under_the_square_root_rule_and_shares_its_uniform_control():
-    runs = {
-        arm: cmd for arm, _, cmd in commands(pending=True, SEEDS="1", ARMS="grpo zero-share zero-share-sqrt")
-    }
-    # the uniform draw is the same run for zero-share and zero-share-sqrt: it runs once
-    assert list(runs) == ["grpo", "zero-share", "zero-share-uniform", "zero-share-budget", "zero-share-sqrt",
-                          "zero-share-sqrt-budget"]  # fmt: skip
-    renamed = [w.replace("/zero-share_s1", "/zero-share-sqrt_s1") for w in runs["zero-share"]]
-    assert runs["zero-share-sqrt"] == renamed + ["--dppo.prompt_policy", "sqrt"]
-    alone = [arm for arm, _, _ in commands(pending=True, SEEDS="1", ARMS="grpo zero-share-sqrt:50")]
-    assert alone == ["grpo", "zero-share-sqrt", "zero-share-uniform", "zero-share-sqrt-budget"]
-    for arms in (
-        "grpo grpo-sqrt",
-        "grpo df-sqrt",
-        "grpo zero-share-uniform-sqrt",
-        "grpo zero-share-sqrt-sqrt",
-        "grpo zero-share-sqrt-uniform",
-    ):
-        res = run(SEEDS="1", ARMS=arms)
-        bad = arms.split()[1]
-        assert res.returncode == 2 and f"unknown arm '{bad}'" in res.stderr and res.stdout == "", (
-            arms,
-            res.stderr,
-        )

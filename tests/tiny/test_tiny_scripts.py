@@ -12,7 +12,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPTS = os.path.join(ROOT, "examples", "scripts")
-DPPO_ONLY = {"--dppo.mode", "--dppo.seed"}
+DPPO_ONLY = {"--dppo.seed"}
 
 
 def command(algo: str, **env: str) -> list[str]:
@@ -63,18 +63,17 @@ def flags(cmd: list[str]) -> dict[str, list[str]]:
 def test_grpo_and_dppo_differ_only_in_the_dppo_flags():
     grpo, dppo = (flags(command(algo, OUT="runs/arm")) for algo in ("grpo", "dppo"))  # same OUT: same paths
     assert grpo.pop("--dppo.enable") == ["false"] and dppo.pop("--dppo.enable") == ["true"]
-    assert {k: dppo.pop(k) for k in DPPO_ONLY} == {"--dppo.mode": ["recommended"], "--dppo.seed": ["1"]}
+    assert {k: dppo.pop(k) for k in DPPO_ONLY} == {"--dppo.seed": ["1"]}  # DPPO's own defaults otherwise
     assert grpo == dppo
 
 
-def test_mode_custom_runs_fixed_rates_and_a_bad_mode_is_refused_by_name():
-    f = flags(command("dppo", MODE="custom"))
-    assert "--dppo.mode" not in f
+def test_the_rates_are_dppos_defaults_unless_set_and_mode_is_refused():
+    assert "--dppo.prompt_prune_rate" not in flags(command("dppo"))  # DPPO's defaults
+    f = flags(command("dppo", R_Q="0.5", R_O="0.5"))
     assert f["--dppo.prompt_prune_rate"] == ["0.5"] and f["--dppo.completion_prune_rate"] == ["0.5"]
-    assert "--dppo.prompt_prune_rate" not in flags(command("dppo"))  # the mode's own rates
     with pytest.raises(subprocess.CalledProcessError) as err:
-        command("dppo", MODE="fast")
-    assert err.value.returncode == 2 and "MODE must be recommended or custom, got 'fast'" in err.value.stderr
+        command("dppo", MODE="custom")  # the preset layer is gone: its values are the defaults
+    assert err.value.returncode == 2 and "MODE is no longer read" in err.value.stderr
 
 
 def test_both_arms_train_packed_and_share_the_eval_schedule():
@@ -95,8 +94,8 @@ def test_steps_are_steps_and_enough_episodes_are_passed(steps):
     assert f["--dppo.max_steps"] == [str(steps)]
     prompts = int(f["--rollout.batch_size"][0])
     episodes = int(f["--train.num_episodes"][0])
-    # refill draws 2 x PROMPTS per step at r_q = 0.5 and dynamic filtering about 1.8 x: a run that ran out
-    # of episodes stopped early (the benchmark's refill and DF arms once stopped at 80 of 150 steps)
+    # dynamic filtering draws about 1.8 x PROMPTS per step: a run that ran out of episodes stopped early
+    # (the benchmark's DF arm once stopped at 80 of 150 steps)
     assert episodes == math.ceil(4 * steps * prompts / 2000)
     assert episodes * 2000 >= 2 * steps * prompts
 
@@ -181,13 +180,14 @@ def test_the_demo_builds_everything_before_the_first_run_and_runs_both_arms_alik
     ],
 )
 def test_a_quick_look_trains_on_a_pool_small_enough_for_prompts_to_come_back(steps, pool, prompt_file):
-    """A prompt is unseen (q = 1) until its second epoch, so prompt pruning needs prompts that come back."""
+    """A prompt has no history of its own until its second epoch, so a prompt score needs prompts that come
+    back."""
     f = flags(command("dppo", STEPS=steps, POOL=pool))
     assert f["--data.prompt_dataset"] == [f".cache/tiny/data/{prompt_file}"]
     size = 2000 if prompt_file == "train.jsonl" else int(prompt_file[6:-6])
     assert f["--train.num_episodes"] == [str(math.ceil(4 * int(steps) * 64 / size))]
     if pool == "auto" and int(steps) > 3:
-        assert int(steps) * 64 / size >= 3  # at least two epochs in which prompts can be pruned
+        assert int(steps) * 64 / size >= 3  # at least two epochs with a history to score the prompts
 
 
 def test_the_default_pool_is_the_whole_training_split():
