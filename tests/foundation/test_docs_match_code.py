@@ -239,3 +239,24 @@ def test_the_recipes_top_level_is_what_slurm_md_lists(tmp_path):
         .split(", ")
     )
     assert keys == accepted == {"base", "entry", "vars", "args"}
+
+
+def test_every_dppo_flag_a_doc_names_exists():
+    """README, CONTRIBUTING and docs/ name only ``--dppo.*`` flags the CLI has; the removed ones may be
+    named only in FLAGS.md's paragraph that lists them (the benchmark record keeps history as it ran)."""
+    import dataclasses
+
+    from openrlhf_dppo.cli.flags import RunOptions
+    from openrlhf_dppo.core.config import DPPOConfig
+
+    flags = {f.name for f in (*dataclasses.fields(DPPOConfig), *dataclasses.fields(RunOptions))}
+    assert {"enable", "prompt_prune_rate", "max_steps"} <= flags
+    stale = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        if doc.name == "FLAGS.md":  # the removed flags' own paragraph
+            text = re.sub(r"\nRemoved, each fixed at .*?\n\n", "\n", text, flags=re.S)
+        stale += [
+            f"{doc.name}: --dppo.{name}" for name in re.findall(r"--dppo\.(\w+)", text) if name not in flags
+        ]
+    assert not stale, sorted(set(stale))
