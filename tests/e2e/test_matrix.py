@@ -1,11 +1,11 @@
 """End to end: the configurations GPU users run, through ``python -m openrlhf_dppo.cli.train_dppo_ray``
 on CPU (the real OpenRLHF 0.11.2 Ray pipeline on the tiny model; see test_tiny_pipeline.py).
 
-Every run is DPPO at r_q = r_o = 0.5 with the weight sync verified after every sync
-(``OPENRLHF_DPPO_VERIFY_SYNC``) and the run directory checked (``check_run``). The data set is 8
+Every run is DPPO at r_q = r_o = 0.5 (a fixed prompt rate) with the weight sync verified after every
+sync (``OPENRLHF_DPPO_VERIFY_SYNC``) and the run directory checked (``check_run``). The data set is 8
 prompts and a step draws all 8, so each run trains 2 steps, one per episode: step 1 sees only unseen
-prompts (q = 1), step 2 prunes prompts from the history step 1 left. Features are combined where they
-do not interfere, four runs and one resume:
+prompts (one score each: exactly half pruned, every q 1 - r_q), step 2 prunes prompts from the history
+step 1 left. Features are combined where they do not interfere, four runs and one resume:
   * ``dp2``: two actor ranks under ZeRO-3, a reference model on two ranks with KL in the loss (k3), an
     entropy term, GSPO, gradient checkpointing, evaluation before step 1 and after each step, a
     checkpoint after each step.
@@ -15,11 +15,12 @@ do not interfere, four runs and one resume:
   * ``two_engines``: two vLLM engines, the reference colocated with the actor, KL in the reward, dual
     clip with asymmetric clip bounds, the seq-mean-token-mean loss, dynamic filtering with a reward file
     that makes the groups of even-label prompts all 0 (always dropped) and the others never equal, a
-    checkpoint after step 1 (the prompt history it holds is checked). It and ``prorl`` run
+    checkpoint after step 1 (the prompt history it holds is checked), and the zero-share rate control
+    from a first rate of 0: step 1 prunes nothing, step 2 prunes at step 1's all-equal share. It and ``prorl`` run
     ``--dppo.short_batch train``: the groups dynamic filtering accepts from the 8 prompts are fewer than
     a train batch, which OpenRLHF's rule (``drop``, the default) leaves untrained.
-  * ``colocated``: ``--train.colocate_all`` with ``dr_grpo``, the token-level loss and
-    ``--dppo.token_normalizer constant``, the rollout importance-sampling correction (token level), the
+  * ``colocated``: ``--train.colocate_all`` with ``dr_grpo``, the token-level loss, the uniform prompt
+    draw (``--dppo.prompt_policy uniform``), the rollout importance-sampling correction (token level), the
     ProRL stop-properly and DAPO overlong length penalties, 2 PPO epochs, tensorboard.
     What colocation exercises on CPU: the actor and the vLLM engine placed in one placement-group
     bundle (Ray scheduling of fractional stand-in GPUs), generation and training taking turns there,
@@ -54,14 +55,16 @@ from test_tiny_pipeline import (  # noqa: E402
     train_rows,
 )
 
+from openrlhf_dppo.core import ZERO_SHARE_CAP  # noqa: E402
 from openrlhf_dppo.core.metrics import REQUIRED_KEYS  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 __all__ = ["tiny"]  # the module fixture that builds the tiny assets
 
-DATA, G, MAX_NEW = 8, SAMPLES, 6
+DATA, G = 8, SAMPLES
 Q_MIN, P_MIN = 0.1, 0.1  # the --dppo.q_min / p_min defaults
-DPPO = ["--dppo.prompt_prune_rate", "0.5", "--dppo.completion_prune_rate", "0.5"]
+DPPO = ["--dppo.prompt_rate_control", "fixed", "--dppo.prompt_prune_rate", "0.5", "--dppo.completion_prune_rate",
+        "0.5"]  # fmt: skip
 
 
 def flags_for(out: str, *extra: str) -> list[str]:
@@ -136,10 +139,12 @@ def check_run(run: dict, steps: list[int], dp: int = 1, engines: int = 1, syncs:
     return rows
 
 
-def check_unpruned_first_step(row: dict, filtered: bool = False) -> None:
-    """Step 1 sees only unseen prompts: every q is 1, so nothing is prompt-pruned, Z_seq = B x G and
-    (without dynamic filtering) the Horvitz-Thompson token normaliser is the generated token count."""
-    assert row["dppo/prompt_unseen_frac"] == 1.0 and row["prompts/pruned"] == 0
+def check_first_step(row: dict, rate: float = 0.5, filtered: bool = False) -> None:
+    """Step 1 sees only unseen prompts: each takes the same score, so every q is 1 - rate and exactly
+    rate x B prompts are pruned; the Horvitz-Thompson reward is the plain mean and Z_seq = B x G (without
+    dynamic filtering, which counts the accepted groups)."""
+    assert row["dppo/prompt_unseen_frac"] == 1.0 and row["prompts/pruned"] == rate * DATA
+    assert row["dppo/prompt_keep_frac_expected"] == pytest.approx(1.0 - rate, abs=1e-12)
     assert row["rollout/reward_ht"] == pytest.approx(row["rollout/reward_mean"], abs=1e-12)
     if not filtered:
         assert row["dppo/normalizer_seqs"] == row["prompts/drawn"] * G == DATA * G
@@ -162,7 +167,7 @@ DP2 = [
     "--actor.entropy_coef", "0.01", "--actor.policy_loss_type", "gspo", "--actor.gradient_checkpointing_enable",
     "--eval.dataset", f"{TINY}/data/eval.jsonl", "--eval.steps", "1",
     "--eval.n_samples_per_prompt", "1", "--eval.temperature", "0",
-    "--ckpt.save_steps", "1", "--dppo.prompt_policy", "sqrt",
+    "--ckpt.save_steps", "1",
 ]  # fmt: skip
 
 
@@ -186,13 +191,14 @@ def dp2_resumed(dp2, tmp_path_factory):
 
 def test_dp2_zero3_with_reference_kl_entropy_gspo_eval_and_checkpoints(dp2):
     rows = check_run(dp2, [1, 2], dp=2)
-    check_unpruned_first_step(rows[0])
+    check_first_step(rows[0])
     config = json.load(open(os.path.join(dp2["out"], "run_config.json")))
-    assert config["dppo"]["prompt_policy"] == "sqrt", config["dppo"]
-    # the variance-optimal rule's cost c_j: each rolled-out prompt's response tokens, kept in the checkpoint
+    assert config["dppo"]["prompt_policy"] == "proportional", config["dppo"]
+    # the history in the checkpoint: every prompt step 1 rolled out, once; the others still unseen
     history = checkpoint_state(os.path.join(dp2["out"], "ckpt"), 1)["history"]
-    assert (history["tokens"][:DATA] > 0).all() and (history["count"][:DATA] == 1).all(), history
-    assert rows[1]["dppo/prompt_unseen_frac"] == 0.0  # step 1 rolled out every prompt
+    counts = history["count"][:DATA]
+    assert int(counts.sum()) == rows[0]["prompts/rolled_out"] == DATA / 2 and int(counts.max()) == 1, history
+    assert rows[1]["dppo/prompt_unseen_frac"] == 0.5  # step 1 pruned half of the prompts
     for r in rows:
         # KL in the loss and entropy give an A == 0 completion a gradient: the exact drop is off
         assert r["dppo/completion_zero_prob_frac"] == 0.0
@@ -245,7 +251,7 @@ def two_engines(tiny, tmp_path_factory):
         "--actor.dual_clip", "3.0", "--actor.eps_clip_low_high", "0.2", "0.28",
         "--actor.loss_agg_mode", "seq-mean-token-mean",
         "--algo.dynamic_filtering_enable", "--ckpt.save_steps", "1", "--reward.remote_url", reward_file,
-        "--dppo.short_batch", "train",
+        "--dppo.short_batch", "train", "--dppo.prompt_rate_control", "zero-share", "--dppo.prompt_prune_rate", "0",
     )  # fmt: skip
     return run_cli(out, flags)
 
@@ -255,7 +261,7 @@ def test_two_engines_kl_in_reward_dual_clip_and_dynamic_filtering(two_engines):
     even = sum(1 for label in first_labels(DATA) if label % 2 == 0)
     assert 0 < even < DATA, "the first prompts need both kinds of label"
     first, second = rows
-    check_unpruned_first_step(first, filtered=True)
+    check_first_step(first, rate=0.0, filtered=True)  # zero-share's first rate: nothing pruned
     assert first["prompts/rolled_out"] == DATA  # no replacement: the 8 prompts are the whole data set
     assert first["samples/filtered"] == even * G  # every even-label group is dropped, no other
     for r in rows:
@@ -268,14 +274,20 @@ def test_two_engines_kl_in_reward_dual_clip_and_dynamic_filtering(two_engines):
     counts = state["history"]["count"]
     assert int(counts.sum()) == first["prompts/rolled_out"] == DATA
     assert int((counts[:DATA] == 1).sum()) == DATA
-    # ... so in step 2 no prompt is unseen: the always-dropped ones (reward std 0) get q = q_min, the
-    # others share the rest of the 1 - r_q budget, and at least one accepted group is trained
+    # ... so in step 2 no prompt is unseen. Zero-share sets its rate from step 1: the even-label groups
+    # were all equal, the others never (every q was 1, so the Horvitz-Thompson share is exact), so r_q is
+    # even / 8 (at most the cap). The always-dropped ones (reward std 0) get q = q_min, the others share the
+    # rest of the 1 - r_q budget (a whole count), and at least one accepted group is trained
+    rate = min(even / DATA, ZERO_SHARE_CAP)
+    assert first["rollout/equal_reward_frac_ht"] == even / DATA
+    assert second["dppo/prompt_prune_rate_target"] == rate
     assert second["dppo/prompt_unseen_frac"] == 0.0
-    assert second["dppo/prompt_keep_frac_expected"] == pytest.approx(0.5, abs=1e-9)
+    kept = round(DATA * (1.0 - rate))
+    assert second["dppo/prompt_keep_frac_expected"] == pytest.approx(kept / DATA, abs=1e-9)
     assert second["samples/filtered"] <= even * G < second["samples/generated"]
 
 
-# ---- colocation, dr_grpo, token-level loss with the constant normaliser ------------------------------
+# ---- colocation, dr_grpo, token-level loss, the uniform prompt draw -----------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -283,32 +295,34 @@ def colocated(tiny, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("colocated"))
     flags = flags_for(
         out, "--train.colocate_all", "--algo.advantage.estimator", "dr_grpo",
-        "--actor.loss_agg_mode", "token-mean", "--dppo.token_normalizer", "constant",
+        "--actor.loss_agg_mode", "token-mean",
         "--algo.advantage.is_correction_level", "token", "--reward.stop_properly_penalty_coef", "0.5",
         "--reward.overlong_buffer_len", "2", "--reward.overlong_penalty_factor", "0.5",
         "--train.max_epochs", "2", "--logger.tensorboard_dir", os.path.join(out, "tensorboard"),
-        "--dppo.prompt_policy", "uniform", "--dppo.prompt_log", "true",
+        "--dppo.prompt_policy", "uniform",
     )  # fmt: skip
     return run_cli(out, flags)
 
 
-def test_colocated_dr_grpo_with_the_constant_token_normaliser(colocated):
+def test_colocated_dr_grpo_with_the_token_level_loss_and_the_uniform_prompt_draw(colocated):
     rows = check_run(colocated, [1, 2])
-    check_unpruned_first_step(rows[0])
+    check_first_step(rows[0])
     for r in rows:
-        # constant: Z_tok = B_drawn x G x max_new_tokens, whatever was generated or pruned
-        assert r["dppo/normalizer_tokens"] == r["prompts/drawn"] * G * MAX_NEW
+        # the token-mean normaliser: the Horvitz-Thompson token count of the drawn batch, each rolled-out
+        # prompt's G responses (pruned ones included) weighted 1 / q = 2 (every q is 0.5 in both steps)
+        assert r["dppo/normalizer_tokens"] == 2 * r["tokens/generated"] > 0
         # no KL and no entropy term: every A == 0 completion is dropped exactly (p = 0)
         zero_adv = r["dppo/completion_zero_adv_frac"]
         assert r["dppo/completion_zero_prob_frac"] == pytest.approx(zero_adv, abs=1e-6)
         assert "vllm_kl" in r and "is_filter_ratio" in r  # the rollout importance-sampling correction ran
     assert rows[1]["prompts/pruned"] + rows[1]["prompts/rolled_out"] == rows[1]["prompts/drawn"] == DATA
-    # --dppo.prompt_policy uniform (the equal-cost control): step 2 draws every seen prompt at 1 - r_q
-    logged = {
-        line["step"]: line for line in map(json.loads, open(os.path.join(colocated["out"], "prompts.jsonl")))
-    }
-    assert logged[1]["q"] == [1.0] * DATA  # step 1: every prompt unseen, kept
-    assert logged[2]["q"] == [0.5] * int(rows[1]["prompts/rolled_out"]), logged[2]
+    # --dppo.prompt_policy uniform (the equal-cost control): step 2 draws every prompt at 1 - r_q, so its
+    # Horvitz-Thompson statistics are the plain ones of the rolled-out prompts
+    assert rows[1]["dppo/prompt_unseen_frac"] == 0.5 and rows[1]["prompts/rolled_out"] == DATA / 2
+    assert rows[1]["rollout/reward_ht"] == pytest.approx(rows[1]["rollout/reward_mean"], abs=1e-12)
+    assert rows[1]["rollout/equal_reward_frac_ht"] == pytest.approx(
+        rows[1]["rollout/equal_reward_frac"], abs=1e-12
+    )
     events = glob.glob(
         os.path.join(colocated["out"], "tensorboard", "**", "events.out.tfevents.*"), recursive=True
     )
@@ -338,7 +352,7 @@ def prorl(tiny, tmp_path_factory):
 
 def test_prorl_v2s_reinforce_baseline_recipe_trains_with_the_batch_whitening_estimated(prorl):
     rows = check_run(prorl, [1, 2])
-    check_unpruned_first_step(rows[0], filtered=True)
+    check_first_step(rows[0], filtered=True)
     for r in rows:
         # the batch's token statistics were estimated and applied: a centred return has a spread
         assert math.isfinite(r["dppo/advantage_token_mean"]) and r["dppo/advantage_token_rstd"] > 0

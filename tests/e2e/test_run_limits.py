@@ -70,7 +70,9 @@ def test_a_reward_function_returning_nan_stops_the_run_naming_the_file_and_the_s
     reward_file = os.path.join(out, "nan_from_step_2.py")
     with open(reward_file, "w") as fh:
         fh.write(textwrap.dedent(NAN_FROM_STEP_2.format(n=8 * 4)))  # PROMPTS x SAMPLES
-    flags = common_flags(out, episodes=2) + ["--dppo.enable", "true", "--dppo.completion_prune_rate", "0.5"]
+    # no prompt pruning: step 1 rolls out all 8 prompts, the 32 rewards before the first NaN
+    flags = common_flags(out, episodes=2) + ["--dppo.enable", "true", "--dppo.completion_prune_rate", "0.5",
+                                             "--dppo.prompt_rate_control", "fixed", "--dppo.prompt_prune_rate", "0"]  # fmt: skip
     flags[flags.index("--reward.remote_url") + 1] = reward_file
     run = run_cli(out, flags, expect_ok=False)
     assert run["returncode"] != 0

@@ -6,8 +6,8 @@ experience maker, replay buffer, checkpoints) on the embedded tiny model, a few 
     second is the epoch's short last batch (4 prompts), trained whole on that path (with dynamic
     batching OpenRLHF would leave it untrained: tests/adapters/test_dispatch.py and
     test_device_discipline.py run that rule);
-  * DPPO with both pruning levels and packing, 4 steps (2 per pass over 16 prompts), checkpoint every
-    2 steps, wandb in offline mode;
+  * DPPO with both pruning levels and packing (the default zero-share prompt rate from 0.5, completions
+    at 0.5), 4 steps (2 per pass over 16 prompts), checkpoint every 2 steps, wandb in offline mode;
   * the DPPO run resumed from its step-2 checkpoint (steps 3-4);
   * GRPO with the gloo weight sync switched off: vLLM's PyNccl then silently does nothing, and the
     sync check must stop the run at the first sync (the check has teeth).
@@ -34,14 +34,7 @@ RUN_TIMEOUT_S = 420
 PROMPTS, SAMPLES, DATA = 8, 4, 16
 GRPO_DATA = 12  # the GRPO run's prompts: a batch of 8, then a short one of 4
 
-DPPO_FLAGS = [
-    "--dppo.enable",
-    "true",
-    "--dppo.prompt_prune_rate",
-    "0.5",
-    "--dppo.completion_prune_rate",
-    "0.5",
-]
+DPPO_FLAGS = ["--dppo.enable", "true", "--dppo.completion_prune_rate", "0.5"]  # prompts: the defaults
 
 
 def common_flags(out: str, episodes: int) -> list[str]:
@@ -264,7 +257,7 @@ def test_resume_from_step2_checkpoint(dppo_run, resumed_run):
     original = {r["step"]: r for r in train_rows(dppo_run)}
     resumed = train_rows(resumed_run)
     assert [r["step"] for r in resumed] == [3, 4], "the resumed run must continue at step 3"
-    # the step-3 prompt decisions are made from the restored history before any rollout: identical
+    # the step-3 prompt decisions are made from the restored history and rate control before any rollout
     for key in ("prompts/drawn", "prompts/rolled_out", "prompts/pruned", "dppo/prompt_unseen_frac",
                 "dppo/prompt_keep_frac_expected", "dppo/prompt_keep_frac"):  # fmt: skip
         assert resumed[0][key] == original[3][key], (key, resumed[0][key], original[3][key])
