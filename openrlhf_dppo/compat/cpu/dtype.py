@@ -46,8 +46,8 @@ def patch_engine_dtype() -> None:
     """``create_vllm_engines`` passes ``dtype="bfloat16"``: the engine gets the run's precision instead.
 
     Driver side, through the same ``RolloutRayActor`` stand-in that hands vLLM our worker extension.
-    Without a resolved precision in the environment (``run_openrlhf`` without ``apply(precision=)``)
-    OpenRLHF's bfloat16 stays.
+    Without a resolved precision in the environment (``apply()`` without ``precision``) OpenRLHF's
+    bfloat16 stays.
     """
     value = os.environ.get(precision.ENV, "")
     if value in precision.TORCH_DTYPES:

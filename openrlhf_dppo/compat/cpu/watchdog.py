@@ -64,16 +64,12 @@ class Watchdog:
     ):
         self.path, self.stall_s, self.startup_s = heartbeat_path, stall_s, startup_s
         self.on_fire = on_fire or _end_run
-        self._stop = threading.Event()
         self.started = time.time()
         self.thread = threading.Thread(target=self._run, name="openrlhf-dppo-watchdog", daemon=True)
 
     def start(self) -> Watchdog:
         self.thread.start()
         return self
-
-    def stop(self) -> None:
-        self._stop.set()
 
     def check(self, now: float | None = None) -> str | None:
         """The message to end the run with, or None while progress is being made."""
@@ -100,7 +96,8 @@ class Watchdog:
         return None
 
     def _run(self):
-        while not self._stop.wait(2.0):
+        while True:
+            time.sleep(2.0)
             msg = self.check()
             if msg:
                 self.on_fire(msg)
