@@ -55,7 +55,7 @@ TOKENS_PER_SEC = "perf/tokens_per_sec"
 # x TP in one, DPPO's keeps each within it and may make more calls
 FORWARD_BATCHES, FORWARD_TOKENS_MAX = "perf/forward_batches", "perf/forward_tokens_max"
 
-# ---- DPPO: pruning levels (core/keep_probs.py, core/levels.py) -------------------------------------
+# ---- DPPO: pruning levels (core/keep_probs.py, core/sampling.py) -----------------------------------
 PROMPT_KEEP_FRAC = "dppo/prompt_keep_frac"  # realised kept fraction of the drawn prompts
 PROMPT_KEEP_FRAC_EXPECTED = "dppo/prompt_keep_frac_expected"  # sum q / B
 PROMPT_PRUNE_RATE_TARGET = "dppo/prompt_prune_rate_target"  # the draw's r_q (--dppo.prompt_rate_control)
@@ -70,7 +70,7 @@ COMPLETION_FIXED_SIZE_FALLBACK = "dppo/completion_fixed_size_fallback"
 COMPLETION_FIXED_SIZE_NOT_MULTIPLE = "dppo/completion_fixed_size_not_multiple"
 COMPLETION_FILLERS = "dppo/completion_fillers"
 
-# ---- DPPO: weights and normalisers (core/weights.py) ----------------------------------------------
+# ---- DPPO: weights and normalisers (core/estimator.py) --------------------------------------------
 WEIGHT_MEAN, WEIGHT_MAX, WEIGHT_ESS = "dppo/weight_mean", "dppo/weight_max", "dppo/weight_ess"
 WEIGHT_ESS_FRAC = "dppo/weight_ess_frac"
 NORMALIZER = "dppo/normalizer"
@@ -78,7 +78,7 @@ NORMALIZER_TOKENS, NORMALIZER_SEQS = "dppo/normalizer_tokens", "dppo/normalizer_
 # per sequence: w_j * v_ji, weights the KL / entropy terms; OpenRLHF's training_step logs every tensor of
 # Experience.info, so the step's line holds its mean over the trained micro-batches (zero-weight fillers too)
 SAMPLE_WEIGHT = "dppo/sample_weight"
-# REINFORCE++-baseline: the batch's token mean m and inverse std 1/s of the returns (core/advantages.py)
+# REINFORCE++-baseline: the batch's token mean m and inverse std 1/s of the returns (core/estimator.py)
 ADVANTAGE_TOKEN_MEAN, ADVANTAGE_TOKEN_RSTD = "dppo/advantage_token_mean", "dppo/advantage_token_rstd"
 
 # ---- DPPO: packing (core/packing.py, adapters/dispatch.py) -----------------------------------------

@@ -196,14 +196,15 @@ def test_no_other_module_opens_metrics_jsonl():
 
 
 def test_core_and_the_run_dir_take_the_key_names_from_metric_keys():
-    """One spelling: core/metrics.py (torch) and run_dir (re-exporting every name) use metric_keys'."""
+    """One spelling: core/estimator.py (torch) and run_dir (re-exporting every name) use metric_keys'."""
+    from openrlhf_dppo import core
     from openrlhf_dppo import metric_keys as K
-    from openrlhf_dppo.core import metrics as M
+    from openrlhf_dppo.core import estimator as M
 
     names = [n for n in dir(K) if n.isupper()]
     assert len(names) > 50 and all(getattr(R, n) is getattr(K, n) for n in names)
     assert all(getattr(M, n) is getattr(K, n) for n in names if hasattr(M, n))
-    assert M.REQUIRED_KEYS is K.REQUIRED_KEYS
+    assert core.REQUIRED_KEYS is K.REQUIRED_KEYS
 
 
 def test_one_reader_of_json_objects_and_one_error_for_the_launcher_and_the_report(tmp_path):

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from openrlhf_dppo.core.history import RATE_CONTROLS, ZERO_SHARE_CAP
 from openrlhf_dppo.core.keep_probs import PROMPT_POLICIES
-from openrlhf_dppo.core.rate_control import RATE_CONTROLS, ZERO_SHARE_CAP
 
 SHORT_BATCH_RULES = ("drop", "train")
 

@@ -1,7 +1,16 @@
 """Keep probabilities for the two pruning levels (METHOD.md, "Level 1" and "Level 2").
 
-Both levels spend a budget K = keep_frac * N of expected kept items, solving
-sum_i clip(c * s_i, lo_i, 1) = K exactly (``clipped_scale``).
+Both levels spend a budget K = keep_frac * N of expected kept items through one exact solve
+(``solve_clipped_scale``): find c with sum_i clip(c * s_i, lo_i, 1) = K and return
+p_i = clip(c * s_i, lo_i, 1). The left side is piecewise linear and non-decreasing in c, so c is found
+exactly (up to float64 rounding) from the sorted breakpoints, in one vectorised pass; the tests check it
+against a bisection run to convergence. The fixed-size rescale of ``sampling`` uses the same solve.
+
+Prompt level (``prompt_keep_probs``): a policy of ``PROMPT_POLICIES`` (the one registry: a second
+registration of a taken name is refused, an unknown name raises a ``ValueError`` listing the valid ones)
+over the history's scores (``PromptHistory.signals``: an unseen prompt already carries the mean seen score):
+- ``proportional`` (the paper's shape): q = clip(c * s, q_min, 1);
+- ``uniform`` (the equal-cost control): q = keep_frac for every prompt, whatever its history.
 
 Completion level (``completion_keep_probs``): the paper's uniform-low rule. Completions whose |A| is below
 the row's mean |A| (over the valid items, A == 0 included) form the low-value set and share one keep
@@ -10,11 +19,6 @@ reached), the others are scaled down uniformly too (beyond the paper, which does
 then). With ``allow_zero=True`` an item with A == 0 exactly gets p = 0: only correct when the loss has no
 KL-in-loss or entropy term (such a completion then has zero gradient); its zero probability does not count
 towards the budget, which stays keep_frac * N.
-
-Prompt level (``prompt_keep_probs``): a policy of ``PROMPT_POLICIES`` over the history's scores
-(``PromptHistory.signals``: an unseen prompt already carries the mean seen score):
-- ``proportional`` (the paper's shape): q = clip(c * s, q_min, 1);
-- ``uniform`` (the equal-cost control): q = keep_frac for every prompt, whatever its history.
 
 Infeasible budgets (reported, never silent):
 - the floors alone exceed the budget (e.g. p_min > keep_frac): every item sits at its floor and the
@@ -32,11 +36,11 @@ the same shape removes items from a row (p = 0, not counted in N).
 
 from __future__ import annotations
 
+from typing import Callable, Iterator, TypeVar
+
 import torch
 
-from openrlhf_dppo.core.clipped_scale import solve_clipped_scale
-from openrlhf_dppo.core.metrics import as_float
-from openrlhf_dppo.core.registry import Registry
+from openrlhf_dppo.core.estimator import as_float
 from openrlhf_dppo.metric_keys import (
     COMPLETION_KEEP_FRAC_EXPECTED,
     COMPLETION_KEEP_INFEASIBLE,
@@ -45,6 +49,116 @@ from openrlhf_dppo.metric_keys import (
     PROMPT_KEEP_INFEASIBLE,
     PROMPT_UNSEEN_FRAC,
 )
+
+F = TypeVar("F", bound=Callable)
+
+
+class Registry:
+    """Maps a name to a callable. ``kind`` is only used in error messages."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, Callable] = {}
+
+    def register(self, name: str) -> Callable[[F], F]:
+        """Decorator: ``@REG.register("name")``. Raises ``ValueError`` if the name is taken."""
+
+        def deco(fn: F) -> F:
+            if name in self._items:
+                raise ValueError(f"{self.kind} {name!r} is already registered; pick another name")
+            self._items[name] = fn
+            return fn
+
+        return deco
+
+    def get(self, name: str) -> Callable:
+        if name not in self._items:
+            raise ValueError(f"unknown {self.kind} {name!r}; valid: {', '.join(self.names())}")
+        return self._items[name]
+
+    def names(self) -> list[str]:
+        """Every registered name, in registration order."""
+        return list(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {self.names()})"
+
+
+_TOL = 1e-9
+
+
+def solve_clipped_scale(
+    s: torch.Tensor, lo: torch.Tensor, budget: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row-wise exact solve of  sum_i clip(c * s_i, lo_i, 1) = budget.
+
+    s: (R, N) float, s >= 0;  lo: (R, N) float in [0, 1];  budget: (R,) float.
+    Items with s = 0 sit at lo_i; only when the budget exceeds what the scored items can carry (all
+    at 1) do the items with s = 0 and lo_i > 0 rise together (a second solve with score 1 each).
+    returns: p (R, N) float64 with rows summing to budget (up to rounding), and status (R,) int64:
+      0 target met; 1 budget below sum(lo) (p = lo, more kept than asked);
+      2 budget above the maximum (every item with s > 0 or lo > 0 at 1; fewer kept than asked).
+    """
+    s = s.to(torch.float64)
+    lo = lo.to(torch.float64).clamp(0.0, 1.0)
+    budget = budget.to(torch.float64)
+    R, N = s.shape
+    if N == 0:
+        return s.clone(), torch.where(budget > _TOL, 2, 0).to(torch.int64)
+    pos = s > 0
+    safe = torch.where(pos, s, torch.ones_like(s))
+    # breakpoints: item i enters its linear part at a_i = lo_i / s_i and saturates at b_i = 1 / s_i
+    a = torch.where(pos, lo / safe, torch.zeros_like(s))
+    b = torch.where(pos, 1.0 / safe, torch.zeros_like(s))
+    top = b.amax(dim=1, keepdim=True)
+    # items without a linear part (s == 0) get a zero-slope event at the last breakpoint (finite)
+    a = torch.where(pos, a, top.expand_as(a))
+    b = torch.where(pos, b, top.expand_as(b))
+    ds = torch.where(pos, s, torch.zeros_like(s))
+    t = torch.cat([a, b], dim=1)  # (R, 2N)
+    d = torch.cat([ds, -ds], dim=1)
+    t, order = t.sort(dim=1, stable=True)
+    d = d.gather(1, order)
+    slope = d.cumsum(dim=1).clamp_min(0.0)  # slope of f just after each breakpoint
+    f0 = lo.sum(dim=1, keepdim=True)
+    gaps = torch.diff(t, dim=1)
+    f = torch.cat([f0, f0 + (slope[:, :-1] * gaps).cumsum(dim=1)], dim=1)  # f at each breakpoint
+    fmax = f[:, -1]
+    k = torch.searchsorted(f.contiguous(), budget[:, None].contiguous(), right=True) - 1
+    k = k.clamp(0, 2 * N - 1)
+    tk, fk, sk = t.gather(1, k), f.gather(1, k), slope.gather(1, k)
+    c = torch.where(sk > 0, tk + (budget[:, None] - fk) / torch.where(sk > 0, sk, 1.0), tk)
+    below = budget < f0[:, 0] - _TOL
+    above = budget > fmax + _TOL
+    c = torch.where(below[:, None], torch.zeros_like(c), c)
+    c = torch.where(above[:, None], top, c)
+    p = torch.minimum(torch.maximum(c * s, lo), torch.ones_like(s))
+    p = torch.where(pos, p, lo)
+    status = torch.zeros(R, dtype=torch.int64)
+    status[below] = 1
+    status[above] = 2
+    # second tier: a budget above what the scored items carry (all at 1) goes to the items that have
+    # a floor but no score (a score-0 prompt): they rise together
+    floor_only = ~pos & (lo > 0)
+    spill = above & floor_only.any(dim=1)
+    if spill.any():
+        rest = budget - pos.sum(dim=1).to(torch.float64)
+        p2, status2 = solve_clipped_scale(
+            floor_only.to(torch.float64), torch.where(floor_only, lo, 0.0), rest
+        )
+        p = torch.where(spill[:, None] & floor_only, p2, p)
+        status = torch.where(spill, status2, status)
+    return p, status
+
 
 #: prompt keep-probability policies: fn(score (R, B) float64 >= 0, valid (R, B) bool, q_min, keep_frac)
 #: -> (q (R, B) float64 in [q_min, 1] on valid prompts, 0 elsewhere; status (R,) as solve_clipped_scale's)
@@ -172,6 +286,3 @@ def _level_metrics(
         expected_key: as_float(expected.mean()),
         infeasible_key: as_float((status != 0).double().mean()),
     }
-
-
-__all__ = ["PROMPT_POLICIES", "completion_keep_probs", "prompt_keep_probs", "solve_clipped_scale"]

@@ -1,5 +1,12 @@
-"""The sampling design: draw a keep mask with given inclusion probabilities (METHOD.md, "The unbiased
-estimator" and the remark on fixed-size designs).
+"""The draws: a keep mask with given inclusion probabilities (METHOD.md, "The unbiased estimator" and the
+remark on fixed-size designs), and one call per pruning level for the adapters.
+
+``prune_prompts``      before rollout: q from the history's scores (``PromptHistory.signals``) under a
+                       policy of ``PROMPT_POLICIES`` -> mask, q_used, weights 1 / q_used, metrics.
+``prune_completions``  after reward: p from the full-group advantages -> mask, p_used, weights
+                       1 / (q p_used) with the prompt's weight folded in, metrics.
+Both compose ``keep_probs``, the draw below and ``estimator``'s weights, so the weights always use the
+probabilities actually drawn with.
 
 Systematic sampling, a fixed-size design: the items are put in a random order (a fresh permutation per
 draw, so no pair of items is tied to the input order), the cumulative sums S_k of p are laid on a line,
@@ -10,7 +17,7 @@ integer. Items with p = 1 are always kept, items with p = 0 never.
 Fixed kept count: before the draw, ``fixed_size_probs`` moves sum(p) to the multiple of ``multiple_of``
 nearest to it (``multiple_of=1``: the nearest integer) that can be reached while the items with p = 1
 STAY at 1 (uniform-low's high-|A| completions): only the other positive items are rescaled,
-q_i = clip(c * p_i, lo, 1) (exact solve, see ``clipped_scale.solve_clipped_scale``), with the floor lo
+q_i = clip(c * p_i, lo, 1) (the exact solve, ``keep_probs.solve_clipped_scale``), with the floor lo
 their smallest probability, so floors survive the rescale; p = 0 stays 0. Only when no multiple is
 reachable that way are the p = 1 items scaled too (every positive item, same floor: the fallback, status
 1); when no multiple is reachable at all, the nearest reachable integer is used with the p = 1 items held
@@ -27,10 +34,19 @@ derives one per (seed, step, stream)).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 
-from openrlhf_dppo.core.clipped_scale import solve_clipped_scale
+from openrlhf_dppo.core.estimator import inverse_prob_weights, keep_metrics, weight_metrics
+from openrlhf_dppo.core.keep_probs import completion_keep_probs, prompt_keep_probs, solve_clipped_scale
+from openrlhf_dppo.metric_keys import (
+    COMPLETION_FIXED_SIZE_FALLBACK,
+    COMPLETION_FIXED_SIZE_NOT_MULTIPLE,
+    COMPLETION_KEEP_FRAC_EXPECTED,
+    PROMPT_KEEP_FRAC_EXPECTED,
+)
 
 _EPS = 1e-9
 
@@ -140,3 +156,63 @@ def sample_mask(
     P, _ = fixed_size_probs(P, multiple_of)
     mask = _systematic(P[None] if P.dim() == 1 else P, generator)
     return mask.reshape(p.shape), P
+
+
+# ---- one call per pruning level: keep probabilities -> draw -> weights -> metrics -------------------
+class Draw(NamedTuple):
+    """mask: (N,) bool kept; prob: (N,) float64 the inclusion probabilities used (after any
+    fixed-size rescale); weight: (N,) float64, 1 / prob on kept items (times the prompt weight for
+    completions when given), 0 elsewhere."""
+
+    mask: torch.Tensor
+    prob: torch.Tensor
+    weight: torch.Tensor
+
+
+def prune_prompts(
+    scores: torch.Tensor,
+    keep_frac: float,
+    q_min: float,
+    generator: torch.Generator,
+    policy: str = "proportional",
+    unseen: torch.Tensor | None = None,
+) -> tuple[Draw, dict]:
+    """scores: (B,) the drawn prompts' scores (``PromptHistory.signals``); policy: a name in
+    ``PROMPT_POLICIES``; unseen: optional (B,) bool, the prompts never rolled out (a metric only).
+    returns (Draw over the B drawn prompts, metrics with ``dppo/prompt_keep_frac`` realised and
+    ``dppo/prompt_keep_frac_expected`` after the rescale to a whole kept count). The draw never keeps
+    nothing ("Never empty" above)."""
+    q, m = prompt_keep_probs(scores, keep_frac, q_min, policy, unseen=unseen)
+    mask, q_used = sample_mask(q, generator)
+    m[PROMPT_KEEP_FRAC_EXPECTED] = float(q_used.sum() / max(q_used.numel(), 1))
+    return Draw(mask, q_used, inverse_prob_weights(q_used, mask)), {**m, **keep_metrics(prompt_mask=mask)}
+
+
+def prune_completions(
+    adv: torch.Tensor,
+    keep_frac: float,
+    p_min: float,
+    allow_zero: bool,
+    generator: torch.Generator,
+    multiple_of: int = 1,
+    prompt_weight: torch.Tensor | None = None,
+) -> tuple[Draw, dict]:
+    """adv: (N,) one full-group advantage per rolled-out completion; prompt_weight: optional (N,) the
+    weight 1 / q_j of each completion's prompt, folded into ``Draw.weight`` and the weight metrics.
+    returns (Draw over the N completions, metrics with ``dppo/completion_keep_frac`` realised,
+    ``dppo/completion_fixed_size_fallback|not_multiple``, and
+    ``dppo/weight_mean|max|ess`` over the kept items' final weights)."""
+    p, m = completion_keep_probs(adv, keep_frac, p_min, allow_zero)
+    # the rescale to a multiple of the data-parallel size, reported; sample_mask leaves its result unchanged
+    p, status = fixed_size_probs(p, multiple_of)
+    m[COMPLETION_FIXED_SIZE_FALLBACK] = float((status == FIXED_SIZE_FALLBACK).double().mean())
+    m[COMPLETION_FIXED_SIZE_NOT_MULTIPLE] = float((status == FIXED_SIZE_NOT_MULTIPLE).double().mean())
+    mask, p_used = sample_mask(p, generator)
+    m[COMPLETION_KEEP_FRAC_EXPECTED] = float(p_used.sum() / max(p_used.numel(), 1))
+    w = inverse_prob_weights(p_used, mask)
+    if prompt_weight is not None:
+        if prompt_weight.shape != w.shape:
+            raise ValueError(f"prompt_weight {tuple(prompt_weight.shape)} must match adv {tuple(adv.shape)}")
+        w = w * prompt_weight.to(torch.float64)
+    metrics = {**m, **keep_metrics(completion_mask=mask), **weight_metrics(w[mask])}
+    return Draw(mask, p_used, w), metrics

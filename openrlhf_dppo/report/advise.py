@@ -129,7 +129,7 @@ def trend(shares: list[float]) -> dict[str, float]:
 def exact_drop(args: dict) -> bool:
     """Whether a DPPO run with these flags (run_config.json's ``args``) drops advantage-0 completions
     exactly: no KL (in reward or loss) or entropy term, and a group estimator without batch whitening."""
-    from openrlhf_dppo.core.advantages import BATCH_WHITENED
+    from openrlhf_dppo.core.estimator import BATCH_WHITENED
 
     algo, actor = args.get("algo") or {}, args.get("actor") or {}
     kl = float(((algo.get("kl") or {}).get("init_coef")) or 0.0) > 0
@@ -183,7 +183,7 @@ def analyse(path: str, settings: Settings) -> RunAdvice:
 def default_rates(shares: list[float]) -> list[float]:
     """r_i of each step: ``core.PromptRateControl`` at ``DPPOConfig``'s defaults, fed u_1 .. u_{i-1}."""
     from openrlhf_dppo.core.config import DPPOConfig
-    from openrlhf_dppo.core.rate_control import PromptRateControl
+    from openrlhf_dppo.core.history import PromptRateControl
 
     control = PromptRateControl.from_config(DPPOConfig())
     rates = []

@@ -413,7 +413,7 @@ def _patches_made_by_importing(modules: list[str], env_extra: dict | None = None
         h.prepare_host()
         for m in {HOST_MODULES + HOST_MODULES_THAT_PATCH!r}:
             importlib.import_module(m)
-        from openrlhf_dppo.core.registry import Registry
+        from openrlhf_dppo.core.keep_probs import Registry
 
         def registered(reg):
             out = []

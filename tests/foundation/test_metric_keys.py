@@ -111,7 +111,7 @@ def test_the_scan_finds_a_planted_literal_key(snippet, found):
 
 def test_the_scan_would_fail_on_the_tree_with_one_literal_planted(tmp_path):
     # the real scan over a copy of one module with the name replaced by its literal: found at once
-    src = (REPO / "openrlhf_dppo" / "core" / "weights.py").read_text()
+    src = (REPO / "openrlhf_dppo" / "core" / "estimator.py").read_text()
     assert literal_keys(src) == []
     planted = src.replace("{NORMALIZER: z}", '{"dppo/normalizer": z}')
     assert planted != src

@@ -12,7 +12,7 @@ import pytest
 from openrlhf_dppo.cli.advise import build_parser
 from openrlhf_dppo.cli.main import main as cli_main
 from openrlhf_dppo.core.config import DPPOConfig
-from openrlhf_dppo.core.rate_control import SMOOTHING, ZERO_SHARE_CAP
+from openrlhf_dppo.core.history import SMOOTHING, ZERO_SHARE_CAP
 from openrlhf_dppo.report import advise as A
 from openrlhf_dppo.report.summary import Settings
 

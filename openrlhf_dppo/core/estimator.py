@@ -1,0 +1,294 @@
+"""The estimator's terms (METHOD.md, "Notation" and "The unbiased estimator"): group advantages on the
+full group, the importance weights, the full-batch normalisers, and the step's reward statistics.
+
+Group advantages (``group_advantages``), for rewards of shape (n_groups, G):
+
+    group_norm:          A = (r - mean) / (std + eps)     std unbiased (Bessel) by default, eps = 1e-9
+    dr_grpo:             A = r - mean
+    rloo:                A = r - (sum - r) / (G - 1)     the leave-one-out mean of the other G - 1
+    reinforce_baseline:  A = r - mean, then (after the per-token returns are made) whitened over the
+                         whole rollout batch's tokens: A' = (A_t - m) / s (``token_whitening``)
+
+With the defaults these are OpenRLHF 0.11.2's formulas (its ``group_norm``, ``dr_grpo``, ``rloo`` and
+``reinforce_baseline`` branches; the last whitens per token with the action-mask mean m and the population
+std s, s**2 clamped at 1e-8, unless ``--algo.advantage.no_std_norm``), taken in float64 and returned in the
+input's dtype (at least float32). Departures: (1) the float64 statistics: in float32 a group whose rewards
+are all equal but not exactly representable (countdown's 0.05) has a mean off by a few 1e-9 and a std of
+the same size, so group_norm gives every member an advantage of order 1 (-0.75 for eight rewards of 0.05);
+in float64 the sum of G <= 2**29 float32 values is exact and the advantage is 0 exactly. The GRPO arm's
+experience maker takes OpenRLHF's statistics in float64 too. (2) A group of one (G == 1) gets advantage 0
+(no baseline; OpenRLHF would give NaN). The advantages are computed BEFORE completion pruning, on every
+rolled-out completion: the baseline needs every reward of the group.
+
+Weights: a kept prompt j gets w_j = 1 / q_j, a kept completion v_ji = 1 / p_ji; E[w_j v_ji] = 1 for every
+(j, i) (the prompt mask depends only on the history, the completion mask is drawn given the rollouts).
+
+    g_hat = (1 / Z) * sum over kept (j, i) of  w_j * v_ji * grad l_ji
+
+is unbiased for the full-batch gradient when Z is the FULL batch's normaliser (``full_batch_normalizer``):
+- seq-mean: Z = B * G with B the number of prompts DRAWN (before prompt pruning);
+- token-mean: the Horvitz-Thompson estimate Z_hat = sum over rolled-out prompts of w_j * T_j, with T_j the
+  response tokens of ALL G completions of prompt j; Z_hat is unbiased, g_hat / Z_hat a ratio and therefore
+  only consistent. With no prompt pruning Z_hat is exact.
+Dividing by the kept count is biased: never do it (the negative control in the tests catches it).
+Folding w_j * v_ji into the advantage (``fold_weights``) reproduces the weighted policy loss exactly for PPO
+clip, dual clip, GSPO and rollout IS corrections (clipping depends on the sign of A, not its size);
+KL-in-loss and entropy terms contain no A and are weighted separately (``weighted_aggregate``).
+
+Every metric is a detached Python float under a key named in ``openrlhf_dppo.metric_keys``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from openrlhf_dppo.metric_keys import (
+    COMPLETION_KEEP_FRAC,
+    EQUAL_REWARD_FRAC,
+    EQUAL_REWARD_FRAC_HT,
+    NORMALIZER,
+    PROMPT_KEEP_FRAC,
+    REWARD_HT,
+    REWARD_MEAN,
+    REWARD_STD,
+    WEIGHT_ESS,
+    WEIGHT_ESS_FRAC,
+    WEIGHT_MAX,
+    WEIGHT_MEAN,
+)
+
+ESTIMATORS = ("group_norm", "dr_grpo", "rloo", "reinforce_baseline")
+#: estimators whose advantages are whitened over the rollout batch's tokens after the group step
+BATCH_WHITENED = ("reinforce_baseline",)
+
+
+def group_advantages(
+    rewards: torch.Tensor, estimator: str = "group_norm", eps: float = 1e-9, unbiased_std: bool = True
+) -> torch.Tensor:
+    """Per-completion advantages from the rewards of whole groups.
+
+    rewards: (n_groups, G) floating point; row j holds the G rewards of prompt j.
+    returns: (n_groups, G), same dtype (at least float32, as OpenRLHF promotes rewards to float32).
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must have shape (n_groups, G), got {tuple(rewards.shape)}")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {estimator!r}; valid: {', '.join(ESTIMATORS)}")
+    out = torch.promote_types(rewards.dtype, torch.float32)
+    r = rewards.to(torch.float64)  # float64 statistics: see the module docstring
+    if r.shape[1] <= 1:
+        return torch.zeros_like(r, dtype=out)  # (n_groups, 1): no baseline in a group of one
+    if estimator == "rloo":
+        return (r - (r.sum(-1, keepdim=True) - r) / (r.shape[1] - 1)).to(out)  # (n_groups, G)
+    centred = r - r.mean(-1, keepdim=True)
+    if estimator in ("dr_grpo", "reinforce_baseline"):
+        return centred.to(out)  # (n_groups, G)
+    std = r.std(-1, keepdim=True, correction=1 if unbiased_std else 0)
+    return (centred / (std + eps)).to(out)  # (n_groups, G)
+
+
+def token_whitening(
+    values: torch.Tensor, weight: torch.Tensor, std_norm: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(m, 1/s): REINFORCE++-baseline's token-level batch mean and inverse std, estimated from a sample.
+
+    values: (N,) per-token returns of the trained completions' response tokens, flattened.
+    weight: (N,) each token's Horvitz-Thompson weight, 1 / (q_j p_ji) of its completion (0 for a
+      zero-weight filler or a masked position).
+    returns: two 0-dim float64 tensors on ``values.device``: m = sum(w v) / sum(w) and
+      1/s = clamp(sum(w (v - m)**2) / sum(w), 1e-8)**-1/2 (1 without ``std_norm``).
+
+    With every weight 1 (nothing pruned) these are OpenRLHF's statistics over the whole batch exactly. Under
+    pruning the full batch's token sums are estimated by Horvitz-Thompson (each unbiased); m and s are
+    ratios of such sums, so they are consistent (their error falls as 1/sqrt(batch)), not exactly unbiased.
+    Given m and s, the reweighted gradient is unbiased for the full batch's at that (m, s): the exact part.
+    A sample with no positive weight (only fillers) returns (0, 1).
+    """
+    if values.shape != weight.shape or values.dim() != 1:
+        raise ValueError(
+            f"values and weight must be (N,) alike, got {tuple(values.shape)}, {tuple(weight.shape)}"
+        )
+    v, w = values.to(torch.float64), weight.to(device=values.device, dtype=torch.float64)
+    total = w.sum()
+    if not bool(total > 0):
+        zero = torch.zeros((), dtype=torch.float64, device=values.device)
+        return zero, zero + 1.0
+    mean = (w * v).sum() / total
+    if not std_norm:
+        return mean, torch.ones((), dtype=torch.float64, device=values.device)
+    var = (w * (v - mean).pow(2)).sum() / total
+    return mean, var.clamp(min=1e-8).rsqrt()  # 0-dim each
+
+
+def inverse_prob_weights(p: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """w = 1 / p on kept items, 0 on dropped ones.
+
+    p: (...) probabilities actually used for the draw (``sample_mask``'s p_used); mask: (...) bool.
+    returns: (...) float64. Raises if a kept item has p <= 0 (it could never have been drawn).
+    """
+    if p.shape != mask.shape:
+        raise ValueError(f"p {tuple(p.shape)} and mask {tuple(mask.shape)} must have the same shape")
+    p = p.to(torch.float64)
+    if (mask & (p <= 0)).any():
+        raise ValueError("a kept item has keep probability <= 0; its weight 1/p is undefined")
+    return torch.where(mask, 1.0 / torch.where(mask, p, 1.0), 0.0)
+
+
+def combine_weights(prompt_weights: torch.Tensor, completion_weights: torch.Tensor) -> torch.Tensor:
+    """Item weight w_j * v_ji. prompt_weights: (B,); completion_weights: (B, G) -> (B, G)."""
+    if completion_weights.dim() != 2 or completion_weights.shape[0] != prompt_weights.shape[0]:
+        raise ValueError(
+            f"expected prompt_weights (B,) and completion_weights (B, G), got "
+            f"{tuple(prompt_weights.shape)} and {tuple(completion_weights.shape)}"
+        )
+    return prompt_weights.to(torch.float64)[:, None] * completion_weights.to(torch.float64)
+
+
+def weight_metrics(weights: torch.Tensor) -> dict:
+    """Mean, max and effective sample size (sum w)^2 / sum w^2 of the weights of the KEPT items.
+
+    weights: (n_kept,) positive (pass ``w[mask]``). ESS is an item count (n_kept when all weights are
+    equal); ``dppo/weight_ess_frac`` is ESS / n_kept.
+    """
+    w = weights.detach().to(torch.float64).reshape(-1)
+    if w.numel() == 0:
+        return {WEIGHT_MEAN: 0.0, WEIGHT_MAX: 0.0, WEIGHT_ESS: 0.0, WEIGHT_ESS_FRAC: 0.0}
+    ess = w.sum() ** 2 / (w * w).sum()
+    return {
+        WEIGHT_MEAN: as_float(w.mean()),
+        WEIGHT_MAX: as_float(w.max()),
+        WEIGHT_ESS: as_float(ess),
+        WEIGHT_ESS_FRAC: as_float(ess / w.numel()),
+    }
+
+
+def fold_weights(adv: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """A' = w * A. adv: (N,) or (N, T) per-token advantages; weights: (N,) -> same shape as adv,
+    in adv's dtype."""
+    if weights.dim() != 1 or weights.shape[0] != adv.shape[0]:
+        raise ValueError(f"weights must have shape ({adv.shape[0]},), got {tuple(weights.shape)}")
+    w = weights.to(adv.dtype)
+    return adv * w.reshape((-1,) + (1,) * (adv.dim() - 1))
+
+
+def weighted_aggregate(
+    loss: torch.Tensor,
+    loss_mask: torch.Tensor,
+    weights: torch.Tensor,
+    normalizer: float,
+    token_level: bool = True,
+    dp_size: int = 1,
+) -> torch.Tensor:
+    """Weighted reduction of a per-token term without A (KL-in-loss, entropy), same modes as
+    OpenRLHF's ``aggregate_loss`` but divided by the full-batch normaliser:
+
+        token_level:  sum_i w_i * sum_t loss_it * mask_it / normalizer * dp_size
+        sequence:     sum_i w_i * (sum_t loss_it * mask_it / n_i) / normalizer * dp_size
+
+    loss, loss_mask: (N, T); weights: (N,); normalizer: the global Z (``full_batch_normalizer``);
+    dp_size compensates DeepSpeed's averaging of gradients over ranks (as in OpenRLHF).
+    returns: a scalar tensor (differentiable in ``loss``).
+    """
+    m = loss_mask.to(loss.dtype)
+    w = weights.to(loss.dtype)
+    if token_level:
+        per_seq = (loss * m).sum(dim=-1)
+    else:
+        per_seq = (loss * m).sum(dim=-1) / (m.sum(dim=-1) + 1e-8)
+    return (w * per_seq).sum() / normalizer * dp_size
+
+
+def full_batch_normalizer(
+    token_level: bool,
+    num_prompts: float,
+    group_size: int,
+    prompt_weights: torch.Tensor | None = None,
+    prompt_tokens: torch.Tensor | None = None,
+) -> tuple[float, dict]:
+    """The normaliser Z of the full (unpruned) batch.
+
+    token_level False (seq-mean): Z = num_prompts * group_size, num_prompts = prompts DRAWN (a count;
+      for a filtered subset the Horvitz-Thompson count sum_j 1 / q_j, not a whole number).
+    token_level True: Z = sum_j prompt_weights_j * prompt_tokens_j over the rolled-out prompts;
+      prompt_weights (B_kept,) = 1 / q_j; prompt_tokens (B_kept,) = response tokens of all G
+      completions of prompt j (pruned completions included).
+    returns: (Z, {"dppo/normalizer": Z}).
+    """
+    if not token_level:
+        z = float(num_prompts * group_size)
+    else:
+        if prompt_weights is None or prompt_tokens is None:
+            raise ValueError("a token-level normaliser needs prompt_weights and prompt_tokens")
+        if prompt_weights.shape != prompt_tokens.shape:
+            raise ValueError(
+                f"prompt_weights {tuple(prompt_weights.shape)} and prompt_tokens "
+                f"{tuple(prompt_tokens.shape)} must match"
+            )
+        z = as_float((prompt_weights.to(torch.float64) * prompt_tokens.to(torch.float64)).sum())
+    return z, {NORMALIZER: z}
+
+
+def as_float(x) -> float:
+    """A detached Python float from a tensor (any shape with one element) or a number."""
+    if isinstance(x, torch.Tensor):
+        return float(x.detach().double().cpu().item())
+    return float(x)
+
+
+def keep_metrics(
+    prompt_mask: torch.Tensor | None = None, completion_mask: torch.Tensor | None = None
+) -> dict:
+    """Realised kept fractions. ``prompt_mask`` (B,) bool over the drawn prompts; ``completion_mask``
+    (N,) bool over the rolled-out completions. A level that is not given is not reported."""
+    out = {}
+    if prompt_mask is not None:
+        out[PROMPT_KEEP_FRAC] = as_float(prompt_mask.float().mean()) if prompt_mask.numel() else 0.0
+    if completion_mask is not None:
+        out[COMPLETION_KEEP_FRAC] = (
+            as_float(completion_mask.float().mean()) if completion_mask.numel() else 0.0
+        )
+    return out
+
+
+def reward_stats(rewards: torch.Tensor, q: torch.Tensor | None = None, num_drawn: int | None = None) -> dict:
+    """Training-reward statistics of one step (METHOD.md, "Measuring the promise").
+
+    rewards: (n, G) RAW rewards (the reward function's, before any length penalty) of the n rolled-out
+      prompts' groups, G completions each.
+    q: (n,) the probability each rolled-out prompt was kept with (None: every q = 1, as in GRPO).
+    num_drawn: B_drawn >= n, the prompts drawn before prompt pruning (None: n).
+    returns: ``rollout/reward_mean`` and ``rollout/reward_std`` (unbiased) over the n * G rollouts, and
+      the Horvitz-Thompson estimate of the DRAWN batch's mean reward
+          ``rollout/reward_ht`` = (1 / B_drawn) * sum_j (1 / q_j) * mean_i r_ji,
+      computed as sum_j (sum_i r_ji / q_j) / (B_drawn * G) in float64, and the mean as
+      sum_j (sum_i r_ji) / (n * G): with every q = 1 and B_drawn = n the two are the same float;
+      ``rollout/equal_reward_frac``, the share of the n groups whose G rewards are all equal (under a
+      group estimator every advantage of such a group is 0, so it has no policy gradient), and its
+      Horvitz-Thompson estimate for the drawn batch, ``rollout/equal_reward_frac_ht`` =
+      (1 / B_drawn) * sum_j e_j / q_j with e_j = 1 for such a group: the share of GRPO's batch that
+      an oracle could skip without changing the policy gradient.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must have shape (n, G), got {tuple(rewards.shape)}")
+    r = rewards.detach().to(torch.float64)
+    n, group = r.shape
+    q = torch.ones(n, dtype=torch.float64) if q is None else q.detach().to(torch.float64).reshape(-1)
+    num_drawn = n if num_drawn is None else num_drawn
+    if q.shape != (n,):
+        raise ValueError(f"q must have shape ({n},), got {tuple(q.shape)}")
+    if n and not ((q > 0) & (q <= 1)).all():
+        raise ValueError("prompt keep probabilities must lie in (0, 1]")
+    if num_drawn < n:
+        raise ValueError(f"num_drawn ({num_drawn}) must be >= the {n} rolled-out prompts")
+    if n * group == 0:
+        keys = (REWARD_MEAN, REWARD_STD, REWARD_HT, EQUAL_REWARD_FRAC, EQUAL_REWARD_FRAC_HT)
+        return dict.fromkeys(keys, 0.0)
+    sums = r.sum(dim=1)  # (n,)
+    equal = (r == r[:, :1]).all(dim=1).to(torch.float64)  # (n,) 1 where the G rewards are all equal
+    return {
+        REWARD_MEAN: as_float(sums.sum() / (n * group)),
+        REWARD_STD: as_float(r.std()) if n * group > 1 else 0.0,
+        REWARD_HT: as_float((sums / q).sum() / (num_drawn * group)),
+        EQUAL_REWARD_FRAC: as_float(equal.mean()),
+        EQUAL_REWARD_FRAC_HT: as_float((equal / q).sum() / num_drawn),
+    }
