@@ -2,39 +2,26 @@
 
 Per run directory, from compare's own numbers (``report.summary``):
 
-1. the all-equal share u_i of each step, ``rollout/equal_reward_frac_ht``: the share of groups whose G
-   rewards are all equal, which have advantage 0 under a group estimator and no policy gradient. Its
-   mean, the means over the first and the second half of the steps, and the least-squares slope per
-   100 steps (told from ``MIN_STEPS_TREND`` steps on);
-2. f, the generation share of a step (median generation / median step time after ``warmup``), w, the
-   weight sync's share (``timing/broadcast``: it broadcasts the weights whatever the rollout holds),
-   and the median phase times;
-3. the lossless limit (``speedup.lossless_time_ratio``: the training time of an oracle that skips
-   exactly the all-equal groups, as a share of the run's own);
-4. the projected step time of each method the CLI offers (``methods``), as a share of GRPO's, from the
-   step model T / T_grpo = w + f gen + (1 - f - w) train, gen and train the shares of GRPO's generated
-   and trained tokens a step of the method makes (``projection``). Per step i, with r_i the prompt prune
-   rate that ``core.PromptRateControl`` at ``DPPOConfig``'s defaults sets after seeing u_1 .. u_{i-1}:
+1. u_i, the share of step i's groups whose G rewards are all equal (``rollout/equal_reward_frac_ht``:
+   advantage 0, no policy gradient): its mean, the means of the two halves of the steps and the
+   least-squares slope per 100 steps (from ``MIN_STEPS_TREND`` steps on);
+2. f, the generation share of a step, and the weight sync's share (medians after ``warmup``);
+3. the lossless limit (``speedup.lossless_time_ratio``);
+4. each method's projected step time as a share of GRPO's (``projection``):
+   T / T_grpo = sync + f gen + (1 - f - sync) train, gen and train the method's generated and trained
+   tokens as shares of GRPO's. Per step i, r_i is the rate ``core.PromptRateControl`` at
+   ``DPPOConfig``'s defaults sets after u_1 .. u_{i-1}:
 
-   - GRPO (``--dppo.enable false``): gen = train = 1;
-   - DPPO at its defaults, and the uniform draw (``--dppo.prompt_policy uniform``): gen = 1 - r_i,
-     train = (1 - r_i)(1 - u_i). The draw is taken as no better than chance (measured so: the
-     history's draw did no better than a uniform one at the same rate, benchmarks/RESULTS.md), so the
-     two project alike, and the rolled-out groups that carry gradient are trained: the exact drop of
-     advantage-0 completions trains no others. Where the run's flags make that drop inexact (a KL or
-     entropy term, a batch-whitened estimator) train = gen;
-   - DPPO with completion pruning at r_o (``--dppo.completion_prune_rate``): train = (1 - r_i)
-     min(1 - r_o, 1 - u_i) (the completion level keeps 1 - r_o of the rolled-out completions, the
-     advantage-0 ones dropped first);
-   - GRPO + OpenRLHF's dynamic filtering (mean reward strictly inside (0, 1)): train = 1, gen = 1 / (1 -
-     mean u), as it replaces each filtered prompt with a new one until the batch is full (a lower
-     bound: the replacements are generated after the first round).
+   - GRPO: gen = train = 1;
+   - DPPO and its uniform draw: gen = 1 - r_i, train = (1 - r_i)(1 - u_i) (the draw taken as no better
+     than chance; train = gen where the run's flags make the drop of advantage-0 groups inexact: a KL
+     or entropy term, a batch-whitened estimator);
+   - DPPO with completion pruning at r_o: train = (1 - r_i) min(1 - r_o, 1 - u_i);
+   - GRPO + dynamic filtering: train = 1, gen = 1 / (1 - mean u) (a lower bound).
 
-   The steps after ``warmup`` enter, weighted by their step times (as the lossless limit). A projection
-   is of step time only: what a step learns decides the time to accuracy, which ``compare`` measures.
+   Steps after ``warmup`` enter, weighted by their step times. A projection is of step time only.
 
-A run without u_i on every step gets no share and no projection; each run's ``notes`` say what its logs
-are too short, or lack, to tell.
+A run without u_i on every step gets no share and no projection; ``RunAdvice.notes`` say what is missing.
 """
 
 from __future__ import annotations
@@ -129,7 +116,7 @@ def trend(shares: list[float]) -> dict[str, float]:
 def exact_drop(args: dict) -> bool:
     """Whether a DPPO run with these flags (run_config.json's ``args``) drops advantage-0 completions
     exactly: no KL (in reward or loss) or entropy term, and a group estimator without batch whitening."""
-    from openrlhf_dppo.core.estimator import BATCH_WHITENED
+    from openrlhf_dppo.core import BATCH_WHITENED
 
     algo, actor = args.get("algo") or {}, args.get("actor") or {}
     kl = float(((algo.get("kl") or {}).get("init_coef")) or 0.0) > 0
@@ -182,8 +169,7 @@ def analyse(path: str, settings: Settings) -> RunAdvice:
 
 def default_rates(shares: list[float]) -> list[float]:
     """r_i of each step: ``core.PromptRateControl`` at ``DPPOConfig``'s defaults, fed u_1 .. u_{i-1}."""
-    from openrlhf_dppo.core.config import DPPOConfig
-    from openrlhf_dppo.core.history import PromptRateControl
+    from openrlhf_dppo.core import DPPOConfig, PromptRateControl
 
     control = PromptRateControl.from_config(DPPOConfig())
     rates = []

@@ -1,20 +1,11 @@
 """From runs to arms, and arms against the baseline arm: the numbers of the compare report.
 
-An **arm** is one configuration run with one or more seeds. Runs are put in arms
-1. explicitly (``--arm NAME=GLOB`` on the command line: the ``arms`` mapping of :func:`build_report`), or
-2. by their config: runs whose run_config.json differ in nothing but the seeds (``train.seed``,
-   ``dppo.seed``) and per-run paths or logger names are seeds of one arm, named after the common part
-   of their directory names (``grpo_s1``, ``grpo_s2`` -> ``grpo_s*``). Runs with identical configs and
-   seeds are repeats, not seeds: each is an arm of its own.
-The baseline arm is the first one unless ``baseline`` names an arm or one of its runs.
-
-Per arm: the mean and spread over seeds of the median step time, the final held-out accuracy and the
-training time to the target (``report.curves`` says how a noisy curve is handled); against the
-baseline: the step-time speedup, the matched-accuracy ratio (training time to the target / the
-baseline's), the ideal speedup of pruning, and whether a difference is within the seed spread. What
-can make these numbers mislead (run state, eval points, datasets, configs, machines, curves that
-start at the target, speedups above the ideal) is checked by ``report.checks`` and reported as
-warnings.
+An **arm** is one configuration with one or more seeds: the runs named by ``--arm NAME=GLOB`` (the
+``arms`` mapping of :func:`build_report`), or runs whose run_config.json differ only in their seeds
+(``train.seed``, ``dppo.seed``), per-run paths and logger names, named after the common part of their
+directory names (``grpo_s1``, ``grpo_s2`` -> ``grpo_s*``). Runs with equal configs and seeds are
+repeats: each is an arm of its own. The baseline arm is the first unless ``baseline`` names an arm or
+one of its runs. ``report.checks`` gives the warnings.
 """
 
 from __future__ import annotations

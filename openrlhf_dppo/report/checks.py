@@ -1,31 +1,18 @@
-"""Can these numbers be compared? The one set of checks behind ``openrlhf-dppo compare`` (and anything
-else that builds its numbers with ``report.arms.build_report``, which calls these). Each check returns
-plain sentences, the report's warnings:
+"""The warnings of ``openrlhf-dppo compare``: can these numbers be compared? Called by
+``report.arms.build_report``; each check returns plain sentences.
 
-1. **Run state** (status.json): a run in progress or ended other than "finished" has partial numbers;
-   a "finished" run that stopped early -- the ``reason`` the trainer writes (e.g. the prompts ran out
-   before ``--dppo.max_steps``) or fewer steps than ``max_steps`` -- covers less than it was set to.
-   Loudest for the baseline: its final accuracy is the target, so a short baseline lowers the target
-   and makes every arm look faster.
-2. **Enough points**: steps against ``--warmup``, eval points against the smoothing window (with fewer
-   a run has no smoothed held-out value: ``report.curves`` rule 1).
-3. **Held-out datasets**: the curves average the datasets every evaluated run shares, never each
-   run's own (:func:`choose_heldout`).
-4. **Configs and machines**: arms that differ in more than the DPPO flags (``report.comparability``),
-   including a different precision, are "not comparable" (a control arm's designed differences aside,
-   ``report.controls``); a different machine is a warning about every time; a run that does not record
-   its machine is named.
-5. **Curves**: an arm (or seed) already at the target at its first smoothed eval point has no
-   crossing to measure; a final value that trails the last reading by more than twice the SE of one
-   eval point says the curve still moves at its end; a baseline whose mean curve rose over its last
-   quarter by more than its final's noise has a target at the end of a climb (``report.curves`` rule 6).
-6. **Speedups**: a step-time speedup above the ideal that the measured rollout and pruning rates allow
-   is not pruning's alone; arms whose experience-side forward batches differ in number
-   (``perf/forward_batches``: OpenRLHF rounds its count down, DPPO keeps each batch within the rollout
-   token budget) have that difference in their step times.
-7. **The rest**: seeds of one arm without an eval, at different eval steps or with different configs;
-   a baseline that is not GRPO; runs at the reward target from their first step; training rewards of
-   different kinds; eval_results.json files with different k or benchmarks.
+1. Run state: in progress, ended other than "finished", or stopped early (status.json's ``reason``, or
+   fewer steps than ``max_steps``); a short baseline first of all, since its final sets the target.
+2. Enough points: steps against ``--warmup``, eval points against the smoothing window.
+3. Held-out datasets: the curves use the datasets every evaluated run shares (:func:`choose_heldout`).
+4. Configs and machines: arms that differ in more than the DPPO flags (``report.comparability``; a
+   control's designed differences aside) are "not comparable"; another machine, or none recorded.
+5. Curves: at the target from the first smoothed point; a final more than 2 SE from the last reading;
+   a baseline whose curve still climbs at its end (``report.curves`` rule 6).
+6. Speedups: above the ideal; experience-side forward batches that differ in number.
+7. The rest: seeds without an eval, at other eval steps or with other configs; a baseline that is not
+   GRPO; runs at the reward target from the first step; reward keys that differ; eval_results.json
+   files with different k or benchmarks.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Are two runs comparable? A diff of their saved run configs.
 
-A speedup means something only when the runs differ in the DPPO flags alone. Every OpenRLHF argument
-is compared (the nested ``args`` of run_config.json, flattened to dotted keys) except ``dppo.*`` and the
-ones that must differ between two runs (output / checkpoint / run directories, logger names). The
-differing keys are grouped under the headings a reader checks first: model, data, group size, seeds,
-hardware; everything else is listed under "other OpenRLHF args". Between a DPPO and a GRPO run, the
-packing args that the DPPO trainer turns on itself are listed apart and do not break comparability;
-so are, under "control (by design)", the args a recognised control arm is designed to differ in
-(``report.controls``: :func:`by_design`).
-
-The machine (run_config.json's ``machine``, ``openrlhf_dppo.run_dir.MACHINE``) is compared too: a
-different precision breaks comparability (bf16 and fp32 neither learn nor run alike); a different CPU
-model, bf16 support, torch CPU capability or device does not, but every time and speedup then mixes
-two machines, and the report says so. Runs that do not record the machine are reported by
-``report.checks``.
+Every OpenRLHF argument (run_config.json's ``args``, flattened to dotted keys) is compared, except
+``dppo.*`` and the per-run ones (output and checkpoint paths, logger names), and grouped under model,
+data, group size, seeds, hardware and "other OpenRLHF args". Reported without breaking comparability:
+between DPPO and GRPO, the packing args DPPO turns on itself (``SET_BY_DPPO``); a control arm's
+designed differences (:func:`by_design`); the machine (``run_dir.MACHINE``) but for its precision,
+which breaks it.
 """
 
 from __future__ import annotations
@@ -36,9 +28,7 @@ CATEGORIES = {
     "seeds": ("train.seed",),
 }
 HARDWARE_KEYS = ("cpu", "num_cpus", "gpus", "num_gpus")
-# DPPO trains through OpenRLHF's packing path: its trainer turns on dynamic batching, which makes
-# OpenRLHF's validation turn on packing, set the rollout token budget and the attention kernel.
-# A GRPO baseline without them differs there by construction; the speedup then includes packing.
+# DPPO's trainer turns on dynamic batching, and with it OpenRLHF's packing, token budget and kernel
 SET_BY_DPPO = frozenset(
     {
         "train.dynamic_batch_enable",
@@ -50,25 +40,20 @@ SET_BY_DPPO = frozenset(
 SET_BY_DPPO_CATEGORY = "packing (set by DPPO)"
 PRECISION_CATEGORY = "precision"  # machine.precision: breaks comparability
 MACHINE_CATEGORY = "machine"  # the other machine fields: times come from two machines
-# what a recognised control arm differs in by design (``report.controls``: GRPO at DPPO's budget's
-# batch size and the flags that follow from it): reported, not breaking comparability
 CONTROL_CATEGORY = "control (by design)"
 NOT_BREAKING = frozenset({SET_BY_DPPO_CATEGORY, MACHINE_CATEGORY, CONTROL_CATEGORY})
 
 
 @dataclass(frozen=True)
 class Difference:
-    category: str  # model | data | group size | seeds | hardware | precision | other OpenRLHF args | packing
-    # (set by DPPO) | machine | control (by design)
+    category: str  # a CATEGORIES key, hardware, other OpenRLHF args or a *_CATEGORY
     key: str
     baseline: Any
     other: Any
 
     @property
     def breaks_comparison(self) -> bool:
-        """False only for the packing args DPPO sets itself (reported, but they are part of DPPO), for
-        machine fields other than the precision (reported: the times come from two machines) and for
-        what a control arm differs in by design (:func:`by_design`)."""
+        """False for the categories in ``NOT_BREAKING`` (module docstring)."""
         return self.category not in NOT_BREAKING
 
 

@@ -1,35 +1,22 @@
 """The equal-cost control: is DPPO's selection worth more than the same budget spent at random?
 
-Uniform prompt pruning with a constant weight is, under Adam, a smaller batch (docs/METHOD.md, "Prompt
-keep probabilities"). So every speed claim is held against an arm that spends DPPO's budget at random. Two
-kinds of arm are such controls, told apart by their run_config.json alone:
+Two kinds of arm are controls, told apart by their run_config.json alone:
 
-1. **uniform selection**: a DPPO arm with ``dppo.prompt_policy`` ``uniform`` (q = 1 - r for every prompt
-   under the same rate control): it differs from DPPO in the selection alone;
+1. **uniform selection**: a DPPO arm with ``dppo.prompt_policy uniform``;
 2. **GRPO at DPPO's budget**: a GRPO arm (no dynamic filtering) with a smaller ``rollout.batch_size``
-   than the GRPO baseline's (``benchmarks/time_to_accuracy.sh`` sets it to the round of the DPPO run's
-   mean rolled-out prompts per step: :func:`budget_batch_size`).
+   than the GRPO baseline's (``benchmarks/time_to_accuracy.sh`` sets it to :func:`budget_batch_size`).
 
-A DPPO arm that is not itself a control is matched to
-- the uniform-selection arm whose config is its own but for ``prompt_policy`` (seeds, paths and logger
-  names aside); where several are (repeats), the first listed;
-- the GRPO-at-budget arm whose mean ``rollout.batch_size`` is nearest to the arm's mean rolled-out
-  prompts per step, if within ``BUDGET_TOLERANCE`` of it (a half batch is no control for an arm that
-  rolls out the whole batch); on a tie, the first listed.
+A DPPO arm that is no control is matched to the uniform arm whose config is its own but for
+``prompt_policy`` (the first of several), and to the budget arm whose mean ``rollout.batch_size`` is
+nearest its mean rolled-out prompts per step, within ``BUDGET_TOLERANCE`` (the first of a tie).
 
-A control differs from the baseline by design, and compare (``report.arms``) accepts exactly that as
-comparable, naming the arm a control and what it differs in (:func:`designed_keys`): the uniform arm in
-``--dppo.prompt_policy`` (a DPPO flag, never a break), the budget arm in ``--rollout.batch_size`` and
-the flags ``examples/scripts/train_tiny_cpu.sh`` derives from it: ``--train.batch_size`` (PROMPTS x
-SAMPLES) where it keeps the baseline's ratio to the batch (as many optimizer steps a step), and
-``--train.num_episodes`` (rounded up from PROMPTS) where it is the baseline's scaled by the batch to
-within one episode (the same number of steps), and ``--rollout.vllm_generate_batch_size`` where each
-run's equals its own batch (OpenRLHF sets it so when it is not given). Any other difference still makes
-it "not comparable".
+A control differs from the baseline by design, and compare accepts exactly that (:func:`designed_keys`):
+the uniform arm in ``dppo.prompt_policy``; the budget arm in ``rollout.batch_size``, in
+``train.batch_size`` where it keeps the baseline's ratio to the batch, in ``train.num_episodes`` where it
+scales with the batch to within one episode, and in ``rollout.vllm_generate_batch_size`` where each
+run's equals its own batch. Any other difference still makes it "not comparable".
 
-Its column "vs the same budget, chosen at random" is its training time to the report's target (the
-baseline's final held-out accuracy) over each matched control's, on the arms' mean curves, as the
-matched-accuracy ratio is; "no control run" where none matches.
+The column ``COLUMN`` is the arm's training time to the report's target over each matched control's.
 
     python -m openrlhf_dppo.report.controls --budget RUN_DIR   # prints the run's budget batch size
 """
@@ -61,7 +48,7 @@ def _args(run: Run) -> dict:
 
 
 def prompt_policy(run: Run) -> str | None:
-    """The run's ``--dppo.prompt_policy`` (None where the run predates the flag: today's rule)."""
+    """The run's ``--dppo.prompt_policy``; None where its config does not record one."""
     policy = (run.config.get("dppo") or {}).get("prompt_policy")
     return None if policy is None else str(policy)
 

@@ -1,38 +1,21 @@
-"""Held-out accuracy curves against training time, made robust to one noisy evaluation.
+"""Held-out accuracy curves against training time, robust to one noisy evaluation (docs/REPORT.md).
 
-The rules (docs/REPORT.md), plain floats in and out:
+Plain floats in and out:
 
-1. **Smoothing.** A run's eval curve (points (t_i, p_i): training time, ``eval_<dataset>_pass1``) is
-   replaced by its running median over ``window`` (odd, default 3) neighbouring points. The window is
-   centred, so a smoothed value looks at most ``window // 2`` points ahead, and never further: where
-   a centred window would reach before the first point (the first ``window // 2`` points) there is
-   **no smoothed value**, since a window moved inwards there would let the first point show an
-   accuracy measured two or more evals later. At the end the window is the last ``window`` points:
-   it looks back only, which can delay a crossing, never advance it. A smoothed value is never above
-   the second largest of three neighbouring measurements, so a single outlier can neither put the
-   curve over a target nor set its final value. With fewer points than the window a run has no
-   smoothed value at all (the report warns; ``--eval-window 1`` reads the raw points).
-2. **Final accuracy** of a run = its smoothed value at the last eval point: the median of its last
-   ``window`` evaluations (window 3 with evals at steps 10, 20, 30: the median of those three, which on
-   a rising curve is the reading of step 20). The report names those steps and prints the last raw
-   reading beside it.
-3. **Time to target** = the first training time at which the smoothed curve reaches the target,
-   linearly interpolated between the eval point below the target and the first one at or above it
-   (so that the answer does not snap to the eval schedule); None ("censored") when it never does. A
-   curve already at the target at its first smoothed point has no crossing to measure: its time to
-   target is at most that point's time, and the report says so for every arm.
-4. **An arm** (several seeds of one configuration) is summarised by its mean curve: at each eval
-   step that all its seeds evaluated, the mean of the seeds' smoothed values (none where a seed has
-   none), at the mean of their training times. Its final accuracy is the mean curve's last value
-   (= the mean of the seeds' final accuracies) and its time to target the mean curve's crossing; the
-   seeds' own values give the spread.
-5. **Noise of one eval point**: the binomial standard error sqrt(p (1 - p) / n), n = eval prompts x
-   samples per prompt (samples of one prompt are taken as independent: a lower bound when they agree).
-6. **A curve that still climbs at its end** (the report's own rule): its rise over the last quarter of its steps, from the last
-   eval step at or before 3/4 of its last step to its final. For the baseline, whose final is the
-   target, a rise larger than the target's own noise (the SE of one eval point over the square root of
-   the seeds) means the target is the end of a climb: an arm that learns as the baseline does per step
-   reaches it only at about its own last step, so its time to target is censored about half the time.
+1. **Smoothing**: a run's curve (t_i, p_i) (training time, ``eval_<dataset>_pass1``) becomes its running
+   median over ``window`` (odd) points, centred. The first ``window // 2`` points have no smoothed value
+   (a window moved inwards would show a later eval early); at the end the window is the last ``window``
+   points (it looks back only). A single outlier can neither lift the curve over a target nor set its
+   final value. Fewer points than the window: no smoothed value at all.
+2. **Final accuracy**: the smoothed value at the last eval point (the median of the last ``window``).
+3. **Time to target**: the first training time the smoothed curve reaches the target, interpolated
+   linearly between eval points; None (censored) when it never does. A curve at the target from its
+   first smoothed point has no crossing: its time is an upper bound.
+4. **An arm** (seeds of one configuration): at each eval step all seeds share, the mean of their
+   smoothed values (None where one has none) at the mean of their training times.
+5. **Noise of one eval point**: sqrt(p (1 - p) / n), n = eval prompts x samples per prompt.
+6. **End rise**: the smoothed rise from the last eval step at or before 3/4 of the last step to the
+   final (``Curve.end_rise``); ``report.checks`` warns when the baseline's exceeds its final's noise.
 """
 
 from __future__ import annotations

@@ -1,25 +1,16 @@
 """The speedup arithmetic of the compare report: plain floats in, plain floats out.
 
-Four numbers answer "was DPPO faster?":
-
-1. step-time speedup  = median T_step(baseline) / median T_step(run), medians over the steps after
-   the first ``warmup`` ones (compilation, cache warm-up and the first weight sync inflate them);
-2. time-to-target speedup = t*(baseline) / t*(run), t* the first wall time at which the smoothed
-   reward reaches the target (the paper-style "training speedup"); the smoothed reward at step i is
-   the mean of the rewards of the last k logged steps (fewer at the start of the run);
-3. the ideal speedup, the physical limit of pruning (docs/METHOD.md, "What a step can save"):
-       T_dppo / T_grpo >= (1 - r_q) * (f + (1 - f) * (1 - r_o)),
-   f the generation share of a baseline step, r_q / r_o the run's measured prompt / completion
-   pruning rates; the measured speedups are also given as a fraction of 1 / that bound. The factor
-   (1 - r_q) stands for the rollout a step does relative to the baseline's; the report uses the
-   measured rollout, g = samples generated per step / the baseline's, in its place
-   (``rollout_step_ratio``), which also holds for an arm that rolls out more (dynamic filtering);
-4. the lossless limit (``lossless_time_ratio``): a group whose rewards are all equal has advantage 0
-   under a group estimator, and no policy gradient; only those groups can be skipped with the step's
-   gradient left exactly as the baseline's. An oracle that rolled out and trained only the rest would
-   take (1 - u_i) of the baseline's step i in the model of item 3 (g = 1 - u_i, r_o = 0), u_i the
-   step's share of such groups (``rollout/equal_reward_frac_ht``). An arm faster than that must
-   drop groups that carry gradient, and learn from a smaller batch a step.
+1. step-time speedup = median T_step(baseline) / median T_step(run), over the steps after the first
+   ``warmup`` (compilation and the first weight sync inflate those);
+2. reward time to target = the first time the trailing mean of the last k rewards reaches the target;
+3. the ideal ratio, the limit of pruning alone (docs/METHOD.md, "What a step can save"):
+       T_run / T_baseline >= g * (f + (1 - f) * (1 - r_o)),
+   f the baseline's generation share of a step, r_o the run's completion prune rate and g the rollout a
+   step does relative to the baseline's (1 - r_q, or measured: samples generated per step / the
+   baseline's, which also covers an arm that rolls out more, as dynamic filtering does);
+4. the lossless ratio: an oracle that skips exactly the groups whose rewards are all equal (advantage
+   0, no policy gradient) takes (1 - u_i) of step i, u_i = ``rollout/equal_reward_frac_ht``. An arm
+   faster than that drops groups that carry gradient.
 """
 
 from __future__ import annotations
@@ -71,23 +62,17 @@ def ideal_step_ratio(f: float, prompt_prune_rate: float, completion_prune_rate: 
 
 
 def rollout_step_ratio(f: float, rollout: float, completion_prune_rate: float) -> float:
-    """Lower bound of T_arm / T_baseline from the rollout done: g * (f + (1 - f) * (1 - r_o)).
-
-    rollout: g, the arm's samples generated per step / the baseline's (>= 0; above 1 where a step rolls
-    out more than the baseline's); equal to ``ideal_step_ratio`` with 1 - r_q = g.
-    """
+    """Item 3 with a measured rollout g >= 0 (may exceed 1): g * (f + (1 - f) * (1 - r_o))."""
     if not rollout >= 0.0:
         raise ValueError(f"g (samples generated per step / the baseline's) must be >= 0, got {rollout}")
     return ideal_step_ratio(f, 0.0, completion_prune_rate) * rollout
 
 
 def lossless_time_ratio(shares: Sequence[float], step_times: Sequence[float]) -> float:
-    """Item 4 over a run: sum_i T_i (1 - u_i) / sum_i T_i, u_i the step's share of all-equal-reward
-    groups and T_i its step time (the oracle's training time over the run's own).
+    """Item 4 over a run: sum_i T_i (1 - u_i) / sum_i T_i, T_i the step times.
 
-    In a run that prunes prompts u_i is a Horvitz-Thompson estimate, which can exceed 1 on a step (a
-    draw that rolled out mostly all-equal groups kept with low q); it is unbiased, so it is taken as it
-    is, not clipped (clipping would bias the run's figure). GRPO's u_i are shares, in [0, 1]."""
+    u_i >= 0 is not clipped at 1: in a pruning run it is a Horvitz-Thompson estimate, unbiased only
+    unclipped. Raises ValueError on mismatched lengths, a negative share or no positive time."""
     if len(shares) != len(step_times) or not shares:
         raise ValueError(f"need one share per step time, got {len(shares)} and {len(step_times)}")
     if not all(u >= 0.0 for u in shares):

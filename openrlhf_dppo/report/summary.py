@@ -1,9 +1,8 @@
 """One run's numbers for the compare report: a :class:`RunSummary` per run directory.
 
-The time axis is training time (docs/REPORT.md): ``time/train_s``, the sum of the
-step times from the first step on, written by the run directory's writer; runs written before it
-existed fall back to the cumulative sum of ``timing/step_total``. Start-up (``time/startup_s``) and
-evaluation (``timing/eval``) are reported on their own and are in no time axis.
+The time axis is training time: ``time/train_s`` (the sum of the step times), else the cumulative
+``timing/step_total``. Start-up (``time/startup_s``) and evaluation (``timing/eval``) are reported apart
+and are in no time axis.
 """
 
 from __future__ import annotations
@@ -59,10 +58,9 @@ class RunSummary:
     run: Run
     steps: int
     steps_used: int  # steps entering the medians (after warm-up)
-    wall_time: float | None  # wall time of the last logged step (start-up included)
     train_time: float | None  # training time at the last logged step
     time_source: str  # where the training time comes from
-    startup: float | None  # process start (or, older runs, writer start) -> first step
+    startup: float | None  # process start (without time/startup_s: the writer's start) -> first step
     restarts: int  # further process starts (resumes) logged in metrics.jsonl
     restart_startup: float  # their start-up, summed
     eval_time: float | None  # summed timing/eval (None: not logged)
@@ -80,15 +78,12 @@ class RunSummary:
     prompt_keep: float  # measured mean kept fraction of prompts (1.0 without pruning)
     completion_keep: float
     keep_source: str  # which metrics the kept fractions come from
-    # (r_q, r_o) from run_config.json; r_q is a text where the rate was set on the fly
-    # (--dppo.prompt_rate_control zero-share: "zero-share from 0.5", the first draw's rate); a GRPO run's
-    # are "GRPO" (its --dppo.* rates, recorded or not, pruned nothing)
+    # (r_q, r_o) from run_config.json: r_q "zero-share from 0.5" under the rate control; GRPO_RATES for GRPO
     configured_rates: tuple[float | str | None, float | str | None]
     heldout: Curve | None = None  # set by the report once the held-out dataset is chosen
     clock_notes: list[str] = field(default_factory=list)
     time_to_target: float | None = None  # training time to the training-reward target
-    # experience-side forward batches per step (median perf/forward_batches) and the largest one's tokens
-    # (max perf/forward_tokens_max) after warm-up; None: not logged
+    # after warm-up: median perf/forward_batches, max perf/forward_tokens_max (None: not logged)
     forward_batches: float | None = None
     forward_tokens_max: float | None = None
     arm: str = ""
@@ -136,21 +131,6 @@ def _startups(run: Run) -> tuple[float | None, int, float, str | None]:
         note = "no time/startup_s: start-up counted from the run directory's creation, not the process start"
         return max(wall - total, 0.0), 0, 0.0, note
     return None, 0, 0.0, None
-
-
-def _wall_clock(run: Run) -> float | None:
-    """Wall time of the last step, continued across restarts (wall_time restarts at 0 on a resume)."""
-    logged = [number(row.get(R.WALL_TIME)) for row in run.train]
-    walls = [w for w in logged if w is not None]
-    if not walls or len(walls) < len(logged):
-        return None
-    offset, previous = 0.0, None
-    for wall in walls:
-        t = wall + offset
-        if previous is not None and t < previous:
-            offset, t = previous, previous + wall
-        previous = t
-    return previous
 
 
 def heldout_curve(run: Run, datasets: list[str], clock: dict[int, float], window: int) -> Curve | None:
@@ -238,7 +218,6 @@ def summarize(run: Run, settings: Settings) -> RunSummary:
         run=run,
         steps=len(run.train),
         steps_used=len(used),
-        wall_time=_wall_clock(run),
         train_time=clock[run.train[-1][R.STEP]] if run.train else None,
         time_source=time_source,
         startup=startup,
@@ -268,13 +247,12 @@ def summarize(run: Run, settings: Settings) -> RunSummary:
     )
 
 
-#: a GRPO run's configured rates: whatever --dppo.* it recorded, nothing was pruned by configuration
+#: a GRPO run's configured rates (its --dppo.* rates, recorded or not, prune nothing)
 GRPO_RATES = ("GRPO", "GRPO")
 
 
 def _configured_prompt_rate(dppo_cfg: dict) -> float | str | None:
-    """The configured r_q, or how it was set where a rule set it per draw (runs that predate
-    ``--dppo.prompt_rate_control`` have a fixed rate)."""
+    """The configured r_q, or how a rate control set it per draw (no control recorded: fixed)."""
     rate, control = dppo_cfg.get("prompt_prune_rate"), dppo_cfg.get("prompt_rate_control", "fixed")
     if control in (None, "fixed"):
         return rate

@@ -141,7 +141,6 @@ def test_startup_is_reported_and_is_not_training_time(tmp_path, rundirs, grpo_di
     rep = build_report([load_run(grpo_dir), late], Settings(smooth=2))
     base, other = rep.summaries
     assert (base.startup, other.startup) == (0.0, 30.0)  # wall(1) - step_total(1) = 10 - 10, 40 - 10
-    assert (base.wall_time, other.wall_time) == (27.0, 57.0)
     assert rep.comparisons[0].step_speedup == 1.0
     # training time leaves start-up out: the target .5 is reached at 27 s by both
     assert base.time_to_target == other.time_to_target == 27.0
