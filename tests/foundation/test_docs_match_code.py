@@ -76,7 +76,7 @@ def _exists(module: str, chain: list[str]) -> bool:
 
 
 def _resolve(ref: str) -> tuple[str, list[str]] | None:
-    """``adapters.trainer.check_accounting`` -> ("openrlhf_dppo.adapters.trainer", ["check_accounting"]);
+    """``adapters.step.check_accounting`` -> ("openrlhf_dppo.adapters.step", ["check_accounting"]);
     None when no prefix of the reference names one of our modules (``torch.compile``, ``ray.init``)."""
     parts = ref.split(".")
     for i in range(len(parts), 0, -1):
@@ -134,8 +134,8 @@ def test_every_test_a_doc_cites_exists():
 
 
 def _accounting_parts() -> tuple[str, ...]:
-    """The parts ``adapters.trainer.check_accounting`` adds up to the generated count (``parts_of``)."""
-    tree = ast.parse((PKG / "adapters" / "trainer.py").read_text(encoding="utf-8"))
+    """The parts ``adapters.step.check_accounting`` adds up to the generated count (``parts_of``)."""
+    tree = ast.parse((PKG / "adapters" / "step.py").read_text(encoding="utf-8"))
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check_accounting")
     assign = next(
         n for n in ast.walk(fn) if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "parts_of"
@@ -260,3 +260,26 @@ def test_every_dppo_flag_a_doc_names_exists():
             f"{doc.name}: --dppo.{name}" for name in re.findall(r"--dppo\.(\w+)", text) if name not in flags
         ]
     assert not stale, sorted(set(stale))
+
+
+def test_every_repository_file_a_doc_names_exists():
+    """A file named in backticks (``core/history.py``, ``tests/core/test_unbiased.py``, ``scripts/x.sh``)
+    exists: at the repository root, in the package, beside the doc, or in OpenRLHF (the host's files the
+    docs name where DPPO plugs in). Run outputs (``runs/``, ``data/``, ``.cache/``, absolute paths) aside."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("openrlhf")
+    host = Path(spec.origin).parent if spec and spec.origin else None
+    suffixes = "|".join(sorted(FILE_SUFFIXES - {"png"}))
+    missing = []
+    for doc in DOCS:
+        for m in re.finditer(
+            rf"`([\w./-]+/[\w.-]+\.(?:{suffixes}))(?:::\w+)?`", doc.read_text(encoding="utf-8")
+        ):
+            path = m.group(1)
+            if path.startswith(("runs/", "data/", ".cache/", "/", "~", "report/")):
+                continue
+            places = [ROOT, PKG, doc.parent] + ([host] if host else [])
+            if not any((base / path).exists() for base in places):
+                missing.append(f"{doc.name}: {path}")
+    assert not missing, missing
