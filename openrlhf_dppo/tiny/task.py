@@ -5,7 +5,7 @@ space is every ordered pair ``0 <= a, b < 10**digits`` (10,000 problems for two 
 once with the build seed and cut into disjoint splits, so no prompt is in two of them by construction:
 
   eval   held-out prompts, never trained on (neither in the RL pool nor in the warm-start data);
-  dev    the warm start's stopping criterion (so the warm start is not selected on ``eval``);
+  dev    a reading of the warm start (never trained on, so ``eval`` is never looked at);
   train  the RL training pool;
   warm   everything else: the supervised warm-start data.
 

@@ -1,4 +1,4 @@
-"""A character-level tokenizer for the arithmetic task, built locally (no download).
+"""A character-level tokenizer for the tiny tasks, built locally (no download).
 
 One token per character of ``0123456789+=`` (plus space), and three special tokens: ``<pad>`` (id 0),
 ``<eos>`` (id 1), ``<bos>`` (id 2, never added to prompts). It is a ``tokenizers`` WordLevel model

@@ -1,8 +1,7 @@
 """The supervised warm start of the tiny builds: a fixed number of next-token steps in the model's dtype.
 
-``warm_start`` is the rule every task's build uses (``tiny/build.py``, ``train_and_save``); why a fixed
-count and float64, and how the arithmetic is pinned and the state rounded so that every CPU gets the same
-weights, is in ``tiny/build.py``'s docstring and ``tiny/arithmetic.py``.
+``warm_start`` is the rule both tasks' builds use (``assets.train_and_save``); ``tiny/build.py`` says why
+a fixed count in float64, ``tiny/arithmetic.py`` how the arithmetic is pinned.
 """
 
 from __future__ import annotations
@@ -54,12 +53,8 @@ def _rms_norm(norm, x):
 
 @contextlib.contextmanager
 def _norms_in_model_dtype(model):
-    """Within the block, the model's RMSNorms compute in the model's dtype.
-
-    transformers' Qwen3RMSNorm rounds its input to fp32 whatever the model's dtype, so a float64 warm
-    start would meet fp32 rounding in every norm, where a last-bit difference between CPUs can flip a
-    rounding. The replacement is per module instance and removed on exit (the saved bf16 model keeps
-    transformers' own norm)."""
+    """Within the block, the model's RMSNorms compute in the model's dtype (transformers' Qwen3RMSNorm
+    computes in fp32 whatever the dtype). Per module instance, removed on exit."""
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
     for norm in norms:
         norm.forward = functools.partial(_rms_norm, norm)
@@ -73,12 +68,10 @@ def _norms_in_model_dtype(model):
 def warm_start(model, tok, warm_rows: list[dict], warm: dict, seed: int, probe=None, log=print) -> dict:
     """Supervised next-token training on ``warm_rows`` for exactly ``warm["steps"]`` steps.
 
-    A fixed count, not "until a dev reading reaches a target": one greedy reading of 200 prompts has a
-    standard error of 0.035 and the supervised curve is steep where we stop, so a stopping reading made
-    the start depend on luck. The model trains in ``warm["dtype"]`` with its norms in that dtype too
-    (float64 alone does not keep different CPUs' rounding out of the result: see the module docstring),
-    and, with ``warm["state_bits"]``, rounds its state after every step (``round_to_bits``). Batches are drawn uniformly with replacement (seeded). ``probe(step, model)``, if given, is called every
-    ``warm["log_every"]`` steps (and after the last) for readings that do not change the training.
+    The model trains in ``warm["dtype"]``, its norms too, on batches of ``warm["batch_size"]`` drawn
+    uniformly with replacement (seeded), and with ``warm["state_bits"]`` rounds its state after every
+    step (``round_to_bits``). ``probe(step, model)``, if given, is called every ``warm["log_every"]``
+    steps and after the last, for readings that do not change the training.
     Returns ``{"steps": warm["steps"], "final_loss": float}``.
     """
     import random
@@ -128,14 +121,12 @@ def training_state(model, opt) -> list:
 def round_to_bits(tensors, bits: int) -> None:
     """Round each float64 tensor in place to ``bits`` significant bits (round to nearest).
 
-    Why (``WARM["state_bits"]``): two CPUs' kernels (MKL's dgemm on Intel and on AMD, say) sum in different
-    orders, so one step's float64 result differs between them in its last bits, and the warm start's chaotic
-    training grows that into a different model. Rounded to a grid 2^(53 - bits) times coarser after every
-    step, the two results land on the same grid point unless one lies within that last-bit difference of
-    a midpoint between two grid points, so the state the next step starts from is the same on both.
-
-    Veltkamp's split: with c = (2^s + 1) x, c - (c - x) is x rounded to 53 - s bits. Three IEEE float64
-    operations, each correctly rounded by the standard, so the rounding itself is the same on every CPU."""
+    Two CPUs' results of one step differ in their last bits (their kernels sum in different orders);
+    on a grid 2^(53 - bits) times coarser both land on the same point unless one lies within that
+    difference of a midpoint, so the next step starts from the same state on both. Veltkamp's split:
+    with c = (2^s + 1) x, c - (c - x) is x rounded to 53 - s bits, three correctly rounded IEEE
+    operations, the same on every CPU. ValueError for bits outside [1, 52], TypeError for a tensor
+    that is not float64."""
     import torch
 
     if not 1 <= bits <= 52:

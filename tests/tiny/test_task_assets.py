@@ -87,6 +87,25 @@ def test_build_fingerprint_tracks_seed_warm_start_and_size():
     assert base != build.fingerprint(0, build.WARM, "xs")
 
 
+def test_the_fingerprint_reads_the_sources_code_not_their_docstrings_or_comments(tmp_path):
+    import hashlib
+
+    from openrlhf_dppo.tiny.assets import hash_sources
+
+    def digest(text: str) -> str:
+        path = tmp_path / "m.py"
+        path.write_text(text)
+        h = hashlib.sha256()
+        hash_sources(h, [str(path)])
+        return h.hexdigest()
+
+    code = '"""Module."""\n\n\ndef f(x):\n    """Doubles."""\n    return 2 * x  # twice\n'
+    assert digest(code) == digest(code.replace("Doubles.", "Twice x.").replace("# twice", "# 2x"))
+    assert digest(code) == digest(code.replace('"""Module."""\n', "").replace("  # twice", ""))
+    assert digest(code) != digest(code.replace("2 * x", "3 * x"))
+    assert digest('def f():\n    """Only a docstring."""\n') == digest("def f():\n    pass\n")
+
+
 def test_the_warm_start_loss_is_the_models_own_in_its_own_dtype():
     """transformers' built-in loss casts the logits to fp32, which would undo a float64 warm start."""
     import torch
