@@ -1,11 +1,11 @@
 """The one OpenRLHF version this extension is written against, and how the host is prepared.
 
-The adapters subclass OpenRLHF classes and override single methods; a different OpenRLHF can change
-those methods' contracts silently, so any other version is refused. ``prepare_host()`` runs that check
-and, where flash-attn is not installed (CPU machines), installs the pure-torch stand-in for the two
-flash-attn modules OpenRLHF imports (``openrlhf_dppo.compat.flash_attn_stub``). It is called by the entry
-points that use the host -- the training entry point, the CPU layer -- never on import. Importing
-``openrlhf_dppo.adapters`` runs ``guard_version()`` only (a check: it changes nothing). ``OPENRLHF_DPPO_SKIP_VERSION_CHECK=1`` skips the check (debugging only).
+The adapters override single methods of OpenRLHF classes, whose contracts another version can change
+silently, so any other version is refused. ``prepare_host()`` runs that check and, where flash-attn is
+not installed, installs the pure-torch stand-in for the two flash-attn modules OpenRLHF imports
+(``compat.flash_attn_stub``); the entry points that use the host call it, never an import. Importing
+``openrlhf_dppo.adapters`` runs ``guard_version()`` only. ``OPENRLHF_DPPO_SKIP_VERSION_CHECK=1`` skips
+the check (debugging only).
 """
 
 from __future__ import annotations

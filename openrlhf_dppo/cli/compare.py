@@ -20,9 +20,7 @@ import argparse
 import sys
 
 from openrlhf_dppo.report import RunDirError, Settings
-from openrlhf_dppo.report.load import GLOB_CHARS, collect, expand, load_report
-
-__all__ = ["GLOB_CHARS", "build_parser", "collect", "expand", "load_report", "main"]
+from openrlhf_dppo.report.load import load_report
 
 
 def build_parser(prog: str = "openrlhf-dppo compare") -> argparse.ArgumentParser:

@@ -5,15 +5,13 @@
     openrlhf-dppo compare ...  -> openrlhf_dppo.cli.compare
     openrlhf-dppo advise ...   -> openrlhf_dppo.cli.advise
 
-Each subcommand module is imported only when it is run (train pulls in Ray, DeepSpeed and vLLM) and
-receives the remaining arguments unchanged.
+Each subcommand module is imported only when it is run (train pulls in Ray, DeepSpeed and vLLM); its
+``main`` receives the remaining arguments unchanged.
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
-import runpy
 import sys
 
 SUBCOMMANDS = {
@@ -46,19 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     if command not in SUBCOMMANDS:
         print(f"openrlhf-dppo: unknown subcommand {command!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    module_name = SUBCOMMANDS[command][0]
-    # modules that parse sys.argv themselves see the subcommand's arguments under its own name
+    # modules that read sys.argv (argparse's prog) see the subcommand's arguments under its own name
     sys.argv = [f"openrlhf-dppo {command}", *rest]
-    module = importlib.import_module(module_name)
-    entry = getattr(module, "main", None)
-    if entry is None:  # a script-style module: run it as `python -m module_name`
-        runpy.run_module(module_name, run_name="__main__", alter_sys=True)
-        return 0
-    takes_argv = any(
-        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-        for p in inspect.signature(entry).parameters.values()
-    )
-    result = entry(rest) if takes_argv else entry()
+    result = importlib.import_module(SUBCOMMANDS[command][0]).main(rest)
     return result if isinstance(result, int) else 0
 
 

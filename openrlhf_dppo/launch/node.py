@@ -7,8 +7,8 @@
       python -m openrlhf_dppo.launch.node run --rendezvous-root DIR [--join-timeout S] \\
           [--num-gpus G] [--num-cpus C] -- <training command>
 
-  which calls the same `run_node`; on its time-limit signal, the batch script runs `python -m openrlhf_dppo.launch.node mark-requeue --rendezvous-root
-  DIR` before it stops the job step and requeues the job.
+  which calls the same `run_node`; on its time-limit signal the batch script runs the same module's
+  `mark-requeue --rendezvous-root DIR` before it stops the job step and requeues the job.
 
 Every task first removes the Ray temp dirs that earlier restarts of its job left on the node. Task 0
 then records how the trainer ended (launch/status.py): a SIGTERM to the task (the sbatch script
@@ -108,18 +108,15 @@ def run_node(
     on_head_start: Callable | None = None,
     on_driver_start: Callable | None = None,
 ) -> NodeEnd | None:
-    """The one per-node flow of both launchers: rank 0 starts the Ray head and runs the trainer, every
-    other rank joins the head (returns None: a worker's part ends when the head's Ray stops).
+    """The per-node flow of both launchers: rank 0 starts the Ray head and runs the trainer; every other
+    rank joins the head and returns None when the head's Ray stops.
 
-    When the trainer exits and Ray is still up, ``decide(rc)`` says what its exit means (the launcher's
-    own view: was it signalled, was a requeue asked) and the outcome is recorded at once with
-    ``record`` (a cancelled task is killed soon after, Ray's teardown can take that long), unless it
-    must wait for a requeue signal first (``outcome.wait_s > 0``: not recorded, the caller waits and
-    records). A ``Terminated`` raised by the caller's SIGTERM handler while the head runs stops it
-    (run_head's teardown stops the trainer and Ray) and counts as an exit by SIGTERM.
+    When the trainer exits, before Ray is stopped, ``decide(rc)`` says what the exit means and the
+    outcome is recorded with ``record`` at once (a cancelled task is killed soon after), unless a
+    requeue signal is awaited (``outcome.wait_s > 0``: the caller waits and records). A ``Terminated``
+    raised by the caller's SIGTERM handler stops the head and counts as an exit by SIGTERM.
     """
-    # Everything started from here (the Ray head or worker, hence every actor, and the driver) knows a
-    # launcher records the outcome: a trainer that sees another Ray process die leaves it to us.
+    # every process started from here knows a launcher records the outcome (run_dir.LAUNCHED_ENV)
     os.environ[LAUNCHED_ENV] = "1"
     if task.rank != 0:
         run_worker(rdv, num_cpus=num_cpus, num_gpus=num_gpus, join_timeout_s=join_timeout_s)

@@ -171,10 +171,8 @@ class RayJob(submitit.helpers.Checkpointable):
         if head is not None:
             terminate_group(head.pid, 20.0)
         self._report(Outcome("requeued", "the launcher stopped the trainer and requeued the job"))
-        # submitit runs `scontrol requeue` next, as a child of this task. The requeue SIGTERMs every
-        # process of the job, and it can do so before that scontrol has read the reply and exited; the
-        # requeue then happened but submitit sees scontrol killed and fails the run. An ignored signal
-        # stays ignored across exec: scontrol finishes. This task only exits from here on.
+        # submitit runs `scontrol requeue` next, as a child; the requeue's SIGTERM could kill it before it
+        # exits, and submitit would fail the run. SIG_IGN survives exec: scontrol finishes.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 

@@ -46,14 +46,6 @@ def test_subcommand_main_taking_argv_gets_the_rest(monkeypatch, command):
     assert seen == [["--a", "1"]]
 
 
-def test_subcommand_main_reading_sys_argv(monkeypatch):
-    seen = []
-    _fake_module(monkeypatch, "openrlhf_dppo.cli.eval", lambda: seen.append(list(sys.argv)))
-    monkeypatch.setattr(sys, "argv", ["openrlhf-dppo"])
-    assert cli_main.main(["eval", "--k", "4"]) == 0  # None -> 0
-    assert seen == [["openrlhf-dppo eval", "--k", "4"]]
-
-
 def test_compare_help_exits_cleanly(capsys):
     with pytest.raises(SystemExit) as exc:
         cli_main.main(["compare", "--help"])

@@ -73,8 +73,8 @@ _TABLE = (
         {DRIVER: devices.patch_zero3_gather, RAY_WORKER: devices.patch_zero3_gather},
         "a ZeRO-3 gather of several parameters (GatheredParameters over a list: the HF checkpoint save, "
         "the weight-sync check) launches one async all-gather per parameter and waits for the last only; "
-        "on gloo earlier ones may still be in flight when read (a weight-sync check once saw one tensor "
-        "differ): each parameter is gathered with a blocking all-gather instead",
+        "on gloo earlier ones may still be in flight when read: each parameter is gathered with a "
+        "blocking all-gather instead",
     ),
     Patch(
         "gloo_weight_sync",
