@@ -1,19 +1,17 @@
 """A Ray cluster across the tasks of one Slurm job: one task per node, task 0 is the head.
 
-1. Task 0 starts `ray start --head --block` and publishes `ip:port` in a rendezvous folder that all
-   tasks can read (the submitit job folder, which must be on a shared file system anyway).
+1. Task 0 starts `ray start --head --block` and publishes `ip:port` in a rendezvous folder on a shared
+   file system (the job folder).
 2. Every other task reads that address and starts `ray start --address=... --block`.
-3. Task 0 waits until the expected number of nodes is alive (timeout -> `RayClusterError` naming the
-   nodes that did join), runs the driver command with `RAY_ADDRESS` set, then writes a `done` marker.
-4. Workers leave when the marker appears (or, if their raylet died, after a grace period); everyone
-   stops its own Ray processes. The caller (launch/node.py) decides what the driver's exit means.
+3. Task 0 waits until the expected number of nodes is alive (else `RayClusterError` naming those that
+   joined), runs the driver command with `RAY_ADDRESS` set, then writes a `done` marker.
+4. Workers leave when the marker appears (or a grace period after their raylet died); everyone stops
+   its own Ray processes. launch/node.py decides what the driver's exit means.
 
-Each `ray start --block` runs in its own session and is stopped by signalling that process group, never
-by `ray stop` (which kills every Ray process of the machine, including other jobs sharing the node).
-Rendezvous files and Ray temp dirs are keyed by job id and restart count, so a requeued job never
-reads a stale address, and a restart can find the temp dirs a hard kill left behind.
-The per-node agent ports are picked free at start, so several nodes may share one machine (the local
-test cluster runs two Slurm nodes on one host).
+Each `ray start --block` runs in its own session and is stopped through its process group, never by
+`ray stop` (which kills every Ray process of the machine). Rendezvous files and Ray temp dirs are keyed
+by job id and restart count, so a requeued job never reads a stale address. The per-node agent ports
+are picked free, so several nodes may share one machine.
 """
 
 from __future__ import annotations
@@ -69,11 +67,8 @@ def ray_start_command(
     temp_dir: str | os.PathLike,
     ports: dict[str, int] | None = None,
 ) -> list[str]:
-    """`ray start --block` for a head (`address` = "ip:port" it listens on) or a worker joining `address`.
-
-    temp_dir is private to the job: `ray start` records its address in `<temp_dir>/ray_current_cluster`,
-    and a bare `ray.init()` elsewhere on the machine (another user's job) must not find it there.
-    """
+    """`ray start --block` for a head (`address` = "ip:port" it listens on) or a worker joining `address`;
+    `temp_dir` is private to the job, so that no other job's bare `ray.init()` finds this cluster."""
     ip, port = address.rsplit(":", 1)
     cmd = [ray_executable(), "start", "--block", "--disable-usage-stats", f"--num-gpus={num_gpus}"]
     cmd.append(f"--temp-dir={temp_dir}")
@@ -212,10 +207,7 @@ def wait_for_nodes(
     address: str, expected: int, timeout_s: float, head: subprocess.Popen | None = None
 ) -> list[str]:
     """Block until `expected` Ray nodes are alive; RayClusterError naming the nodes that joined otherwise.
-
-    The polling driver runs in a child process: `ray.init` installs signal handlers (SIGTERM) that
-    would replace submitit's in the launcher process, and a Slurm SIGTERM would then kill it.
-    """
+    The polling driver is a child process: `ray.init` would replace submitit's signal handlers here."""
     child = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "wait-nodes", address, str(expected), str(timeout_s)],
         stdout=subprocess.PIPE,
@@ -258,12 +250,11 @@ def run_head(
     on_driver_exit=None,
 ) -> int:
     """Task 0: start the head, wait for `num_nodes` nodes, run `driver_cmd`; returns its exit code
-    (`Popen.returncode`: negative for a signal) once the driver and Ray are stopped. It never waits for
-    anything after the driver ended: what the exit means is the caller's call (launch/status.py).
+    (`Popen.returncode`: negative for a signal) once the driver and Ray are stopped.
 
     `on_driver_exit(returncode)` runs once the driver is gone and before Ray is stopped, with the job's
-    signals held: after a cancel Slurm SIGKILLs the task `KillWait` seconds after its SIGTERM, and
-    stopping Ray can take longer than that, so whatever must be recorded is recorded there."""
+    signals held: after a cancel Slurm SIGKILLs the task `KillWait` s after its SIGTERM, sooner than Ray
+    may stop, so whatever must be recorded is recorded there."""
     address = f"{node_ip()}:{port}"
     head = subprocess.Popen(
         ray_start_command(
@@ -303,11 +294,9 @@ def run_head(
 def run_worker(
     rdv: Rendezvous, *, num_cpus: int | None, num_gpus: int, join_timeout_s: float, lost_grace_s: float = 60.0
 ) -> None:
-    """Tasks 1..N-1: join the head, stay until the head marks the job done.
-
-    If this node's Ray dies first (a preemption SIGTERMs every process), wait `lost_grace_s` for the
-    head to finish or the job to be requeued before failing: exiting non-zero at once could make srun
-    end the step before task 0 has requeued the job."""
+    """Tasks 1..N-1: join the head, stay until the head marks the job done. If this node's Ray dies
+    first, wait `lost_grace_s` for the head to finish (or requeue) before failing: exiting at once could
+    make srun end the step before task 0 has requeued the job."""
     address = rdv.wait_head(join_timeout_s)
     worker = subprocess.Popen(
         ray_start_command(

@@ -1,25 +1,17 @@
 """Where the run's workers compute, ``cpu`` or ``cuda``: decided once by the driver, checked by every worker.
 
-The CPU layer is for a run that has no GPU anywhere. The driver's own torch cannot tell: on a GPU-less
-head node (``ray job submit`` to a KubeRay head) or under ``CUDA_VISIBLE_DEVICES=""`` it sees no CUDA
-while the Ray workers have GPUs, and the layer's stand-in GPUs, CPU device mesh, sdpa and gloo weight
-sync must never reach those workers. So:
+The driver's own torch cannot tell: on a GPU-less head node or under ``CUDA_VISIBLE_DEVICES=""`` it sees
+no CUDA while the Ray workers have GPUs, and the CPU layer must never reach those. So:
 
   1. ``OPENRLHF_DPPO_DEVICE`` = ``auto`` (default) | ``cpu`` | ``cuda``; ``cpu`` or ``cuda`` decides
-     without asking anything (``cpu`` is refused on a driver that sees CUDA);
-  2. ``auto``: a driver that sees CUDA runs a ``cuda`` run. One that does not and starts its own Ray
-     (no ``RAY_ADDRESS``) runs on this machine: ``cpu``. One that joins a cluster (``RAY_ADDRESS``) asks
-     it (``ray.nodes()``): ``cuda`` when a live node has GPUs that Ray detected there (a ``GPU`` resource
-     with the accelerator type Ray records for hardware it found), else ``cpu``. A GPU count given by
-     hand to ``ray start --num-gpus`` on a CPU node (the Slurm launcher's CPU runs) has no accelerator
-     type: those are stand-ins, and the run is a CPU run. The question goes to a child process that is
-     given ``ASK_TIMEOUT_S`` to answer (Ray's own connection retries for minutes), after a TCP check
-     that something listens at the address; the CLI asks only once the command line is validated
-     (``decide_locally`` first), so ``--help`` and a bad flag never wait for a cluster;
-  3. every Ray worker of a ``cpu`` run checks for itself before any patch (``check_worker``, run by the
-     setup hook): a worker that sees CUDA refuses to start, and says what to set. Nothing is patched
-     on a GPU in silence, whatever the driver decided (a GPU node the cluster did not have yet when it
-     was asked, an autoscaler's, is caught here).
+     without asking (``cpu`` is refused on a driver that sees CUDA);
+  2. ``auto``: a driver that sees CUDA runs a ``cuda`` run; one that starts its own Ray (no
+     ``RAY_ADDRESS``) a ``cpu`` run; one that joins a cluster asks it (``ray.nodes()``): ``cuda`` when a
+     live node has GPUs Ray detected (an accelerator type recorded), else ``cpu`` (GPUs given by hand to
+     ``ray start --num-gpus`` are stand-ins). A child process asks, given ``ASK_TIMEOUT_S``, after a TCP
+     check of the address; the CLI asks only once the command line is valid (``decide_locally`` first);
+  3. every Ray worker of a ``cpu`` run checks for itself before any patch (``check_worker``): a worker
+     that sees CUDA refuses to start and says what to set.
 """
 
 from __future__ import annotations
