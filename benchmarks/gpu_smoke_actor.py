@@ -323,8 +323,8 @@ def build_actor(opts, phase: Phases, workdir: str) -> tuple:
         from openrlhf.utils import get_strategy
 
         from openrlhf_dppo._host import installed_openrlhf_version
-        from openrlhf_dppo.adapters._ray import unwrap_actor_class
         from openrlhf_dppo.adapters.actor import DPPOActorTrainer, DPPOPolicyModelActor
+        from openrlhf_dppo.adapters.step import unwrap_actor_class
         from openrlhf_dppo.compat.flash_attn_stub import real_flash_attn_available
     cuda = opts.device == "cuda"
     if cuda and not torch.cuda.is_available():

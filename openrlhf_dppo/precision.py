@@ -178,12 +178,13 @@ def describe(precision: str) -> str:
 
 def machine(precision: str, device: str | None) -> dict:
     """The run directory's machine record (``run_dir.MACHINE``): CPU, its bf16 support, the device, the
-    precision. The CPU facts are this process's; the device is passed in, not asked of this process's
-    torch: the trainer actor that writes the record holds no GPU on a GPU run.
+    precision. The CPU facts are this process's (the CLI's driver, which makes the record before Ray starts
+    and carries it to the trainer in ``run_dir.RunMeta.machine``); the device is passed in, not asked of
+    this process's torch: a GPU run's driver may hold no GPU.
 
     precision: the run's ``--ds.param_dtype`` ("bf16" | "fp16" | "fp32"), after the CPU choice.
-    device: "cpu" | "cuda", where the workers compute (the driver's ``compat.cpu.decide()``, carried to
-    the trainer in ``run_dir.RunMeta.device``); None (a RunMeta the CLI did not make) is refused.
+    device: "cpu" | "cuda", where the workers compute (the driver's ``compat.cpu.decide()``,
+    ``run_dir.RunMeta.device``); anything else is refused.
     """
     if device not in DEVICES:
         raise ValueError(

@@ -2,8 +2,8 @@
 
 A run directory (``--dppo.run_dir``, default ``--ckpt.output_dir``) holds
 - ``run_config.json``: the parsed arguments, the DPPO config, the algorithm, the hardware, the machine
-  record (``machine``: the CPU model, its bf16 support, the precision; written by the trainer from
-  ``openrlhf_dppo.precision.machine``), the start time;
+  record (``machine``: the CPU model, its bf16 support, the precision; made by the CLI with
+  ``openrlhf_dppo.precision.machine``, ``RunMeta.machine``), the start time;
 - ``metrics.jsonl``: one JSON object per line, ``{"kind": "train"|"eval", "step": int, "time": unix,
   "wall_time": s, ...metrics}``; one train line per step and one eval line per evaluation;
 - ``status.json``: ``{"state", "step", "max_steps", "updated", "reason"?}``, replaced atomically (the
@@ -71,7 +71,7 @@ STATUS_STATE, STATUS_STEP, STATUS_MAX_STEPS = "state", "step", "max_steps"
 STATUS_REASON = "reason"  # why a run ended as it did (e.g. the prompts ran out before --dppo.max_steps)
 
 # ---- run_config.json: the machine a run ran on (timings from two machines do not compare) -----------
-# Written by the trainer from ``openrlhf_dppo.precision.machine``.
+# Made by the CLI with ``openrlhf_dppo.precision.machine`` (``RunMeta.machine``), written by the trainer.
 MACHINE = "machine"  # {cpu_model, cpu_native_bf16, torch_cpu_capability, device, precision, isa_caps}
 MACHINE_CPU_MODEL = "cpu_model"  # str: /proc/cpuinfo's model name
 MACHINE_CPU_NATIVE_BF16 = "cpu_native_bf16"  # bool: oneDNN has bf16 kernels for this CPU (env caps count)
@@ -274,7 +274,7 @@ def _installed_version(dist: str) -> str | None:
 class RunMeta:
     """What the launching command knows and ``run_config.json`` records: its command line (after ``--config``
     expansion), the process's start time (None: the run directory's creation), the CLI's validated
-    ``RunOptions`` (None: ``--ckpt.output_dir`` / OpenRLHF's episodes / max_steps decide) and ``device``."""
+    ``RunOptions`` (None: OpenRLHF's settings decide), ``device`` and ``machine`` (None: none written)."""
 
     argv: list[str] = field(default_factory=list)
     start_time: float | None = None
@@ -282,6 +282,7 @@ class RunMeta:
     max_steps: int | None = None
     schedule_steps: int | None = None
     device: str | None = None  # MACHINE_DEVICE: where the workers compute (compat.cpu.decide on the driver)
+    machine: dict | None = None  # MACHINE: the driver's precision.machine(--ds.param_dtype, device)
 
 
 class RunDir:

@@ -1,23 +1,25 @@
 """Thin subclasses that plug ``openrlhf_dppo.core`` into OpenRLHF 0.11.2's Ray PPO pipeline.
 
-Where each part sits (one overridden seam each; see the module docstrings):
-- ``step``               the types that carry one step: ``StepContext`` on ``Rollouts.ctx``, the packed
-                         plan on ``PlannedExperiences.plan`` (and what OpenRLHF passes through unchanged).
+One step, in the order it runs (one overridden seam each; see the module docstrings):
 - ``samples_generator``  SamplesGenerator.generate_samples: makes the step's context; prompt pruning
-                         before vLLM, one never-empty draw per step (no buffer), the groups dynamic
-                         filtering drops, generation counts, reward checks (both arms); the step limit.
+                         before vLLM, one never-empty draw per step, what dynamic filtering drops,
+                         generation counts, reward checks (both arms); the step limit.
+- ``trainer``            PPOTrainer (Ray actor, single controller): builds the generator and the maker from
+                         the CLI's config; rollout statistics, metrics, the accounting check, the run
+                         directory, the prompt history in the checkpoints.
 - ``experience_maker``   RemoteExperienceMaker.make_experience_batch(rollouts): full-group advantages,
-                         completion pruning before the forwards, weights folded, normalisers, packing plan;
-                         for GRPO, compute_advantages_and_returns: OpenRLHF's, on float64 rewards.
-- ``trainer``            PPOTrainer (Ray actor, single controller): builds the two above from the CLI's
-                         config, rollout statistics, metrics + accounting check + run directory, prompt
-                         history in the checkpoints.
-- ``async_trainer``      ``--train.async_enable``: OpenRLHF's async controller, generator and training
-                         actors with the same parts (the draw, history and rate control in the generator).
-- ``dispatch``           kept items -> per-rank packed micro-batches (core.pack), plan carried in info.
+                         completion pruning before the forwards, weights folded, normalisers, the plan;
+                         for GRPO, OpenRLHF's maker on float64 rewards.
+- ``dispatch``           kept items -> per-rank packed micro-batches (core.pack), the plan carried in
+                         ``Experience.info`` and read back on the ranks; the experience-side forward batches.
 - ``actor``              PolicyModelActor / ActorPPOTrainer / NaiveReplayBuffer on the DeepSpeed ranks:
                          follow the plan, weight KL-in-loss and entropy terms, count what is trained.
-- ``packing``            the experience-side forward batches (OpenRLHF's balanced partitions within a budget).
+- ``async_trainer``      ``--train.async_enable``: OpenRLHF's async controller, generator and training
+                         actors with the same parts (the draw, history and rate control in the generator).
+- ``step``               what every part shares: the types that carry one step (``StepContext`` on
+                         ``Rollouts.ctx``, the plan on ``PlannedExperiences.plan``), the run's shape from
+                         OpenRLHF's arguments, the accounting check, the prompt history's update, Ray
+                         subclassing. The adapters import it, not one another's helpers.
 
 Importing any of them changes nothing (the layer test checks it). ``install(cfg, run)`` is the one
 place that patches the host; ``openrlhf_dppo.cli.train_dppo_ray`` calls it right before OpenRLHF's
@@ -31,7 +33,7 @@ Where a host name is replaced (the host calls it by a module-global name and lea
 | ``ppo_trainer_async.PPOTrainerAsync``    | ``TrainerFactory``      | ``install``, the driver        | the same, under ``--train.async_enable`` (``train()`` imports it from that module when it runs) |
 | ``train_ppo_ray.PolicyModelActor``       | ``DPPOPolicyModelActor``| ``install``, the driver        | ``train()`` builds the actor group from that name |
 | ``ppo_actor.ActorPPOTrainer``            | ``DPPOActorTrainer``    | one ``init_model_from_pretrained`` | ``PolicyModelActor`` constructs it by that name inside a long method |
-| ``ppo_trainer.balance_experiences``      | ``trainer.planned_balance`` | one DPPO ``train_step``    | a function, not a method: ``train_step`` calls it by that name; the replacement is stateless and reads the plan from its argument |
+| ``ppo_trainer.balance_experiences``      | ``dispatch.planned_balance`` | one DPPO ``train_step``   | a function, not a method: ``train_step`` calls it by that name; the replacement is stateless and reads the plan from its argument |
 | ``ppo_actor.aggregate_loss``             | its weighted version    | one ``training_step`` with weights | ``training_step`` reduces the KL / entropy terms through that function and passes no per-sequence weight |
 
 The one piece of state an adapter keeps between host calls: ``DPPOActorTrainer._counts`` (actor side),

@@ -23,9 +23,8 @@ OpenRLHF's steps. Seams (each overrides one method and calls the parent):
   rollouts that are not whole micro-batches are refused by name first: the host's loader would drop them.
 - ``DPPOPolicyModelActor.init_model_from_pretrained``: ``PolicyModelActor`` constructs
   ``ActorPPOTrainer`` by its module-global name; the subclass points that name at ``DPPOActorTrainer``
-  for the duration of the parent call (which also builds the replay buffer, replaced right after).
-Ray actor classes cannot be subclassed; ``adapters._ray`` unwraps the Python class and wraps the
-subclass again with the parent's options.
+  for the duration of the parent call (which also builds the replay buffer, replaced right after; a
+  ``@ray.remote`` class is subclassed through ``step.unwrap_actor_class`` / ``step.remote_like``).
 """
 
 from __future__ import annotations
@@ -41,8 +40,8 @@ from openrlhf.utils.logging_utils import init_logger
 from openrlhf.utils.loss_utils import _get_dp_group
 
 from openrlhf_dppo import run_dir as rd
-from openrlhf_dppo.adapters._ray import remote_like, swap_attr, unwrap_actor_class
-from openrlhf_dppo.adapters.dispatch import SAMPLE_WEIGHT, pop_short_batch_rule, read_plan
+from openrlhf_dppo.adapters.dispatch import pop_short_batch_rule, read_plan
+from openrlhf_dppo.adapters.step import remote_like, swap_attr, unwrap_actor_class
 
 logger = init_logger(__name__)
 
@@ -87,7 +86,11 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
             return [0, 0]
         trained = {i for mb in self.dynamic_indices for i in mb}
         rest = [it for i, it in enumerate(self.items) if i not in trained]
-        rest = [it for it in rest if it.info.get(SAMPLE_WEIGHT) is None or float(it.info[SAMPLE_WEIGHT]) != 0]
+        rest = [
+            it
+            for it in rest
+            if it.info.get(rd.SAMPLE_WEIGHT) is None or float(it.info[rd.SAMPLE_WEIGHT]) != 0
+        ]
         return [len(rest), sum(int(it.action_mask.sum()) for it in rest)]
 
     def _add_short_step(self, strategy) -> None:
@@ -189,7 +192,7 @@ def step_counts(counts: torch.Tensor | None, untrained: list[int], epochs: int, 
 
 
 def _sequence_weights(experience) -> torch.Tensor | None:
-    w = experience.info.get(SAMPLE_WEIGHT)
+    w = experience.info.get(rd.SAMPLE_WEIGHT)
     if w is None:
         return None
     if isinstance(w, list):

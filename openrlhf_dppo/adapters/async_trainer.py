@@ -20,26 +20,18 @@ Where DPPO's parts live (``adapters.install`` puts ``TrainerFactory(DPPOTrainerA
 | metrics, accounting, run directory, status   | ``DPPOTrainingActor``          | ``adapters.trainer.DPPOSteps`` |
 | DPPO state in checkpoints                    | generator's snapshot, in each batch's client states; restored into the generator | the trainer's |
 
-Why the estimator stays unbiased (METHOD.md "Level 1"): q of a prompt is computed in the generator before
-its rollout, from the history of the batches the generator has generated so far, all of whose rewards it
-holds when it generated them (0.11.2 computes rewards in the generator). Conditioned on that past, the
-keep indicator of each prompt has mean q and its rollouts are weighted by 1/q: E[sum_kept g_j / q_j | past]
-= sum_j g_j, for whatever policy generated g_j. So async DPPO estimates the gradient async GRPO takes on the
-same batch (the same off-policy lag, which PPO's ratio handles in both arms). The history does not lag: the
-draw of batch t+1 already knows batch t's rewards, as in sync mode; what lags is the policy that generated
-them (up to ``--train.async_queue_size`` steps behind, as for GRPO), so the history's scores are of a policy
-a step or more older than the one that trains: with a slowly moving policy that costs little.
+Unbiased as in sync mode (METHOD.md "Level 1"): q of a prompt is fixed in the generator before its
+rollout, from the history of the batches generated so far (0.11.2 computes rewards in the generator), so
+E[sum_kept g_j / q_j | past] = sum_j g_j for whatever policy generated g_j: async DPPO estimates the gradient
+async GRPO takes on the same batch, with the same off-policy lag (up to ``--train.async_queue_size`` steps).
 
-Nothing is lost between the actors: each step's ``StepContext`` travels in its batch, so the trainer checks
-generated = trained + pruned + filtered + untrained for every step as in sync mode. The generator stops
-after ``--dppo.max_steps`` batches, so at a normal end the queue is empty; what OpenRLHF's buffer still holds
-then (GRPO with ``--rollout.vllm_generate_batch_size`` above ``--rollout.batch_size``) is counted as generated
-and untrained in the last step, and each step's ``timing/generation`` is the time of the rollouts it trains
-(``BufferClock``). Batches generated after the last checkpoint of a stopped run are generated again on resume
-(the generator restarts from the checkpoint's dataloader and DPPO state), as the steps after it are in sync
-mode, and the run directory keeps one metrics line per step; a checkpoint after a batch that ran the prompt
-data out names the next episode. The last step's evaluation: OpenRLHF's generator evaluates on the slot tokens, which stop
-with the last batch; here the trainer answers the generator's "done" with its final step on a queue of its
+Each step's ``StepContext`` travels in its batch, so the trainer checks generated = trained + pruned +
+filtered + untrained for every step. The generator stops after ``--dppo.max_steps`` batches; what OpenRLHF's
+buffer still holds then (GRPO with ``--rollout.vllm_generate_batch_size`` above ``--rollout.batch_size``) is
+counted as generated and untrained in the last step, and ``timing/generation`` is the time of the rollouts a
+step trains (``BufferClock``). A resume generates the batches after the last checkpoint again (from its
+dataloader and DPPO state); a checkpoint after a batch that ran the prompt data out names the next episode.
+The last step's evaluation: the trainer answers the generator's "done" with its final step on a queue of its
 own, and the generator evaluates there when ``--eval.steps`` says so.
 """
 
@@ -57,10 +49,18 @@ from openrlhf.utils.logging_utils import init_logger
 from ray.util.queue import Queue
 
 from openrlhf_dppo import run_dir as rd
-from openrlhf_dppo.adapters._ray import remote_like, unwrap_actor_class
-from openrlhf_dppo.adapters.experience_maker import update_history
-from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError, response_tokens
-from openrlhf_dppo.adapters.trainer import DPPO_STATE, DPPOSteps, planned_steps, rollout_stats
+from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator
+from openrlhf_dppo.adapters.step import (
+    DPPO_STATE,
+    RewardError,
+    planned_steps,
+    remote_like,
+    response_tokens,
+    rollout_stats,
+    unwrap_actor_class,
+    update_history,
+)
+from openrlhf_dppo.adapters.trainer import DPPOSteps
 from openrlhf_dppo.core import DPPOConfig
 from openrlhf_dppo.run_dir import RunMeta
 

@@ -1,24 +1,26 @@
-"""From the kept experiences of one rollout batch to per-rank packed micro-batches, and back.
+"""From the kept experiences of one rollout batch to per-rank packed micro-batches, and back; and the
+experience-side forward batches.
 
-The controller (trainer actor) plans; the actor ranks only follow the plan:
+The controller plans (``build_dispatch``, called by the experience maker); ``planned_balance`` hands the
+plan's per-rank batches to OpenRLHF in place of ``balance_experiences``; the actor ranks follow it
+(``read_plan``, called by their replay buffer):
 
-1. The kept items are cut, in order, into ``num_steps`` optimizer steps: the number of steps GRPO
-   would take for the batch (``rollout.batch_size * n_samples_per_prompt // train.batch_size``, at
-   least 1), reduced only when fewer than ``dp_size`` items per step are left. Pruning makes the
-   steps cheaper; it does not remove steps, and a small kept set still trains.
-2. Each step is packed by ``core.pack`` under the per-GPU token budget; every rank gets the same
-   number of micro-batches (DeepSpeed reduces gradients collectively on every backward). A sequence
-   longer than the budget is a micro-batch of its own, as in OpenRLHF's dynamic batch.
-3. Each step's loss normalisers are the FULL batch's (METHOD.md condition 1) divided by the number
-   of steps: ``batch_num_tokens = Z_tok / num_steps`` and ``global_batch_size = Z_seq / num_steps``.
-   OpenRLHF's ``aggregate_loss`` multiplies by ``dp_size`` and DeepSpeed averages over ranks, so each
-   step's gradient is sum over its items of w v grad l / (Z / num_steps).
-4. The plan travels inside ``Experience.info`` under the private ``PLAN_*`` keys; the DPPO replay
-   buffer (``adapters.actor``) pops them before training, so they are never logged.
+1. The kept items are cut, in order, into ``num_steps`` optimizer steps (``step.num_optimizer_steps``:
+   GRPO's for the batch), reduced only when fewer than ``dp_size`` items per step are left. Pruning makes
+   the steps cheaper; it does not remove steps, and a small kept set still trains.
+2. Each step is packed by ``core.pack`` under the per-GPU token budget; every rank gets the same number of
+   micro-batches (DeepSpeed reduces gradients collectively on every backward). A sequence longer than the
+   budget is a micro-batch of its own, as in OpenRLHF's dynamic batch.
+3. Each step's loss normalisers are the FULL batch's (METHOD.md condition 1) divided by the number of
+   steps: ``batch_num_tokens = Z_tok / num_steps``, ``global_batch_size = Z_seq / num_steps``. OpenRLHF's
+   ``aggregate_loss`` multiplies by ``dp_size`` and DeepSpeed averages over ranks, so each step's gradient
+   is the sum over its items of w v grad l / (Z / num_steps).
+4. The plan travels inside ``Experience.info`` under the private ``PLAN_*`` keys; ``read_plan`` pops them
+   before training, so they are never logged.
 
-An empty micro-batch (possible only when a step has fewer items than micro-batches) is filled with a
-copy of the step's shortest item whose advantages and weight are zero: it runs the collective
-forward/backward and adds exactly nothing to the gradient or the normalisers.
+An empty micro-batch (possible only when a step has fewer items than micro-batches) is filled with a copy
+of the step's shortest item whose advantages and weight are zero: it runs the collective forward/backward
+and adds nothing to the gradient or the normalisers.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience, make_experience_batch
+from openrlhf.utils.seqlen_balancing import get_seqlen_balanced_partitions
 
 from openrlhf_dppo import metric_keys as K
-from openrlhf_dppo.core import pack
+from openrlhf_dppo.core import fitting_bins, micro_batch_capacity, pack
+from openrlhf_dppo.core.packing import distribute
 
 PLAN_MB = "_dppo_mb"  # micro-batch number on the rank (same numbering on every rank)
 PLAN_STEP_END = "_dppo_step_end"  # 1.0 on the micro-batch that ends an optimizer step
@@ -59,19 +63,15 @@ class DispatchPlan:
         return [make_experience_batch(items) for items in self.rank_items]
 
 
-def num_optimizer_steps(
-    rollout_batch_size: int, n_samples: int, train_batch_size: int, groups: int | None = None,
-    train_short: bool = False, dp_size: int = 1,
-) -> int:  # fmt: skip
-    """The optimizer steps GRPO takes for a rollout batch of ``groups`` prompts' rollouts (default and at
-    most B) in OpenRLHF's dynamic-batch mode: its whole train batches, ``min(B, groups) * G //
-    train_batch_size``; 0 for a batch smaller than one train batch (an epoch's short last batch), unless
-    ``train_short`` (``--dppo.short_batch train``), which makes it 1 when it holds at least ``dp_size``
-    rollouts: fewer cannot be spread over the data-parallel ranks, and the GRPO arm leaves them untrained
-    (``adapters.trainer``)."""
-    rollouts = (rollout_batch_size if groups is None else min(rollout_batch_size, groups)) * n_samples
-    steps = rollouts // train_batch_size
-    return 1 if train_short and steps == 0 and rollouts >= dp_size else steps
+def planned_balance(experiences, args):
+    """Stands in for OpenRLHF's ``balance_experiences`` during a DPPO step: the per-rank batches of the
+    plan the experience maker returned with the experiences (``PlannedExperiences.plan``)."""
+    plan = experiences.plan
+    expected = sum(len(e.sequences) for e in experiences)
+    planned = sum(len(items) for items in plan.rank_items) - plan.fillers
+    if planned != expected:
+        raise RuntimeError(f"DPPO dispatch plan covers {planned} sequences, the batch has {expected}")
+    return plan.rank_experiences()
 
 
 def mark_short_batch_rule(items: list[Experience], train_short: bool) -> None:
@@ -122,7 +122,7 @@ def build_dispatch(
     items: kept items, each with ``total_length`` (1,)/() and ``info[SAMPLE_WEIGHT]`` set.
     dp_size: data-parallel ranks; capacity: tokens per micro-batch per rank
     (``train.max_tokens_per_gpu * ring_attn_size * tensor_parallel_size``, OpenRLHF's convention).
-    num_steps: GRPO's optimizer steps for the batch (``num_optimizer_steps``).
+    num_steps: GRPO's optimizer steps for the batch (``step.num_optimizer_steps``).
     norm_tokens, norm_seqs: the full-batch normalisers Z_tok and Z_seq (``core.full_batch_normalizer``).
     """
     if not items:
@@ -222,3 +222,38 @@ def read_plan(items: list[Experience]) -> ReadPlan | None:
         num_seqs=[settings[m][2] for m in mbs],
         loss_scale=[settings[m][3] for m in mbs],
     )
+
+
+# ---- the experience-side forward batches ----------------------------------------------------------
+def forward_partitions(lengths: list[int], budget: tuple[int, int, int], dp: int) -> list[list[int]]:
+    """Index lists of the experience-side forward batches of ``lengths`` (the kept samples' total
+    lengths), for ``dp`` data-parallel ranks under ``budget`` = (``--rollout.max_tokens_per_gpu``,
+    ring, TP), whose product C is a batch's token budget.
+
+    The host needs (``split_rollout_samples``' contract, ``RayActorGroup.async_run_method_batch``,
+    ``get_seqlen_balanced_partitions``): at least ``dp`` batches, none empty (so at most n, one sample
+    each), and a multiple of ``dp`` of them, so that every rank makes the same number of forward calls
+    (ZeRO-3 gathers each layer's weights collectively in every forward). OpenRLHF rounds its first-fit
+    count DOWN to a multiple of ``dp``, so a batch can hold up to about twice C. Here:
+
+    k = min(max(dp, M rounded UP to a multiple of dp), n rounded DOWN to one), with M the bins of a
+    packing within C (``core.fitting_bins``, the window packer; a sample longer than C is a bin of its
+    own, as in OpenRLHF): the fewest forward calls the budget allows, never more batches than samples.
+    The batches are OpenRLHF's balanced partitions (Karmarkar-Karp) into k when each is within C or a
+    single sample; otherwise the M bins split to k (``core.packing.distribute``), which are. Only when
+    n rounded down to a multiple of dp is below M (the budget under about twice the lengths and n not a
+    multiple of dp) does a batch exceed C: the balanced partition into k, the least it can exceed it by.
+    Raises ValueError for fewer samples than ranks.
+    """
+    n = len(lengths)
+    if n < dp:
+        raise ValueError(f"{n} samples to forward on {dp} data-parallel ranks: each rank needs one")
+    capacity = micro_batch_capacity(*budget)
+    lens = np.asarray(lengths, dtype=np.int64)
+    bins, loads = fitting_bins(lens, capacity)
+    k = min(max(dp, -(-len(bins) // dp) * dp), n // dp * dp)
+    parts = [sorted(p) for p in get_seqlen_balanced_partitions([int(x) for x in lens], k, False)]
+    if k < len(bins) or all(len(p) == 1 or int(lens[p].sum()) <= capacity for p in parts):
+        return parts
+    ranks, _, _ = distribute(bins, loads, lens, k)  # k "ranks" of one micro-batch each: the bins split to k
+    return [sorted(r[0]) for r in ranks]

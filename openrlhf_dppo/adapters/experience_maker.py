@@ -1,49 +1,35 @@
-"""Completion pruning (METHOD.md "Level 2") in OpenRLHF's experience maker.
+"""The experience makers: completion pruning (METHOD.md "Level 2") for DPPO, OpenRLHF's maker for GRPO.
 
-Seam: ``RemoteExperienceMaker.make_experience_batch(rollouts)`` -- OpenRLHF hands it the generator's
-``Rollouts`` unchanged, so the step's ``StepContext`` is ``rollouts.ctx`` (``adapters.step``). With the
-rewards already on the rollouts:
+Seam: ``RemoteExperienceMaker.make_experience_batch(rollouts)``; OpenRLHF hands it the generator's
+``Rollouts`` unchanged, the step's ``StepContext`` on ``rollouts.ctx`` (``adapters.step``).
+``DPPOExperienceMaker``, with the rewards already on the rollouts:
 
-1. OpenRLHF's length penalties (DAPO overlong, ProRL stop-properly) on ALL rollouts (the trainer took
-   the ``rollout/*`` statistics from the raw rewards before);
-2. group advantages on the FULL groups (``core.group_advantages``, OpenRLHF's formulas); the prompt
-   history is updated from every rolled-out group's rewards, including the groups OpenRLHF's dynamic
-   filter dropped (``ctx.filtered``, same length penalties);
-3. keep probabilities, a seeded mask and the weights in one call (``core.prune_completions``; the
-   systematic draw keeps a multiple of the data-parallel size, with the p = 1 completions held at 1
-   unless no multiple is reachable that way: ``dppo/completion_fixed_size_fallback``); A == 0
-   completions get p = 0 only when no KL (in reward or loss) or entropy term, and no batch whitening
-   (REINFORCE++-baseline), can give them a gradient
-   (``dppo/completion_zero_prob_frac``: the fraction given p = 0, so a run shows whether the drop is on).
-   ``samples|tokens/pruned`` are counted here, from the mask;
-4. the actor / reference forwards run ONLY on the kept completions (the parent's
-   ``split_rollout_samples`` + ``make_experience`` on the kept list): that is the saving;
-5. advantages as OpenRLHF computes them for group estimators (``compute_reward``: reward clipped to
-   ``--reward.clip_range``, KL-in-reward added per token; ``get_cumulative_returns``), THEN the weight
-   w_j v_ji = 1/(q_j p_ji) is folded in (``core.fold_weights``). With KL in the reward the weight
-   multiplies the whole per-token advantage (KL part included), which keeps that objective unbiased.
-   REINFORCE++-baseline (``reinforce_baseline``): the group mean is subtracted on the full group (step 2)
-   and the per-token returns are whitened with the batch's token mean and std, estimated from the trained
-   completions with their weights (``core.token_whitening``; a ratio, consistent, as the token-mean normaliser);
-6. the full-batch normalisers (``core.full_batch_normalizer``) and the packed per-rank dispatch plan
-   (``adapters.dispatch``), returned with the experiences as ``PlannedExperiences.plan`` for
-   ``balance_experiences`` (``adapters.trainer``).
+1. OpenRLHF's length penalties on ALL rollouts (``step.shaped_rewards``), then group advantages on the
+   FULL groups (``core.group_advantages``); the prompt history learns from every rolled-out group,
+   those dynamic filtering dropped included (``step.update_history``; the async generator keeps it instead);
+2. keep probabilities, a seeded systematic mask and the weights in one call (``core.prune_completions``;
+   the kept count a multiple of the data-parallel size). A == 0 completions get p = 0 only when no KL,
+   entropy or batch-whitening term can give them a gradient (``step.zero_advantage_is_exact``;
+   ``dppo/completion_zero_prob_frac`` shows whether the drop is on). ``samples|tokens/pruned`` are
+   counted here, from the mask;
+3. the actor / reference forwards run ONLY on the kept completions, in forward batches within
+   ``--rollout.max_tokens_per_gpu`` (``dispatch.forward_partitions``): that is the saving;
+4. advantages as OpenRLHF computes them for group estimators (``compute_reward``: reward clipped, KL in the
+   reward per token; ``get_cumulative_returns``; REINFORCE++-baseline whitened over the batch's tokens,
+   estimated from the trained completions with their weights, ``core.token_whitening``), THEN the weight
+   w_j v_ji = 1 / (q_j p_ji) folded in (``core.fold_weights``);
+5. the full batch's normalisers (``core.full_batch_normalizer``) and the packed per-rank plan
+   (``dispatch.build_dispatch``) for GRPO's optimizer steps of the groups GRPO would train, returned as
+   ``PlannedExperiences(experiences, plan)``.
 
-Fewer kept completions than data-parallel ranks (only when nearly everything is pruned) are topped up
-with zero-weight fillers (pruned completions, counted as pruned; where the step rolled out fewer
-completions than ranks -- a heavily pruned draw, an epoch's short last batch -- then copies of its shortest
-one, counted nowhere else): they are forwarded but add nothing to the gradient, and the actor counts them
-as ``samples|tokens/fillers``, not as trained. The plan makes GRPO's optimizer steps for the groups GRPO
-would train (``_step_groups``: with dynamic filtering the accepted ones, as OpenRLHF counts them).
+Fewer kept completions than data-parallel ranks are topped up with zero-weight fillers (pruned completions,
+counted as pruned; or copies of the shortest rollout where the step rolled out fewer than the ranks): they
+are forwarded, add nothing to the gradient, and the actors count them as ``samples|tokens/fillers``.
 
-``CountingExperienceMaker`` (GRPO, ``--dppo.enable false``): OpenRLHF's maker with its group statistics
-taken in float64 (as ``core.group_advantages`` takes them); it counts ``samples|tokens/pruned`` as 0
-(nothing is pruned). What is trained is counted by the actors, as for DPPO (``adapters.actor``).
-
-Both makers log the step's forward batches (``perf/forward_batches``, ``perf/forward_tokens_max``):
-GRPO's are OpenRLHF's (``split_rollout_samples``, its count rounded down to a multiple of dp: a batch
-can exceed ``--rollout.max_tokens_per_gpu``), DPPO's are ``adapters.packing.forward_partitions`` (within
-it, and then sometimes more calls).
+``CountingExperienceMaker`` (GRPO, ``--dppo.enable false``): OpenRLHF's maker with its group statistics in
+float64 (as ``core.group_advantages``), ``samples|tokens/pruned`` = 0, and ``--dppo.short_batch train``
+marked on the experiences for the actors' replay buffer. Both makers log the step's forward batches
+(``perf/forward_batches``, ``perf/forward_tokens_max``).
 """
 
 from __future__ import annotations
@@ -54,18 +40,21 @@ import torch
 from openrlhf.models.utils import compute_reward
 from openrlhf.trainer.ppo_utils.experience import Experience, split_experience_batch
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
-from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from openrlhf_dppo import run_dir as rd
-from openrlhf_dppo.adapters.dispatch import (
-    SAMPLE_WEIGHT,
-    build_dispatch,
-    mark_short_batch_rule,
+from openrlhf_dppo.adapters.dispatch import build_dispatch, forward_partitions, mark_short_batch_rule
+from openrlhf_dppo.adapters.step import (
+    PlannedExperiences,
+    PromptDraw,
+    StepContext,
+    effective_dp_size,
+    group_draws,
     num_optimizer_steps,
+    response_tokens,
+    shaped_rewards,
+    update_history,
+    zero_advantage_is_exact,
 )
-from openrlhf_dppo.adapters.packing import forward_partitions
-from openrlhf_dppo.adapters.samples_generator import response_tokens
-from openrlhf_dppo.adapters.step import PlannedExperiences, PromptDraw, StepContext
 from openrlhf_dppo.core import (
     BATCH_WHITENED,
     fold_weights,
@@ -76,70 +65,6 @@ from openrlhf_dppo.core import (
     step_generator,
     token_whitening,
 )
-
-
-def effective_dp_size(args) -> int:
-    return (
-        args.actor.num_nodes
-        * args.actor.num_gpus_per_node
-        // args.ds.ring_attn_size
-        // args.ds.tensor_parallel_size
-    )
-
-
-def has_aux_terms(args) -> bool:
-    """True when a completion with A == 0 can still have a gradient (KL in reward or loss, entropy)."""
-    kl = args.algo.kl.init_coef > 0
-    entropy = args.actor.entropy_coef is not None and args.actor.entropy_coef != 0
-    return kl or entropy
-
-
-def zero_advantage_is_exact(args) -> bool:
-    """True when a completion whose group advantage is 0 has no gradient, so p = 0 for it is exact: no KL or
-    entropy term, and no batch whitening (REINFORCE++-baseline subtracts the batch's token mean, which
-    gives such a completion the advantage -m / s)."""
-    return not has_aux_terms(args) and args.algo.advantage.estimator not in BATCH_WHITENED
-
-
-def group_draws(ctx: StepContext, samples, G: int) -> list[PromptDraw]:
-    """The draw of each group's prompt (``ctx.prompts``); every group must be one prompt's G rollouts."""
-    if len(samples) % G:
-        raise RuntimeError(f"{len(samples)} rollouts are not whole groups of {G}")
-    texts = [s.prompts[0] for s in samples]
-    groups = [texts[j : j + G] for j in range(0, len(texts), G)]
-    for j, group in enumerate(groups):
-        if group[0] not in ctx.prompts or any(t != group[0] for t in group):
-            raise RuntimeError(f"rollouts {j * G}..{j * G + G - 1} are not one drawn prompt's group: {group}")
-    return [ctx.prompts[g[0]] for g in groups]
-
-
-def shaped_rewards(samples, args) -> torch.Tensor:
-    """(n, G) rewards after OpenRLHF's length penalties (DAPO overlong, ProRL stop-properly), applied to
-    ``samples`` in place (their ``rewards`` and ``info["reward"]``)."""
-    for s in samples:
-        s.rewards = s.rewards.to(torch.promote_types(s.rewards.dtype, torch.float32))
-    apply_length_penalties(samples, args)
-    return torch.cat([s.rewards for s in samples]).reshape(-1, args.rollout.n_samples_per_prompt)
-
-
-def update_history(history, ctx: StepContext, samples, args, shaped: torch.Tensor | None = None) -> None:
-    """Every rolled-out group's shaped rewards into the prompt history, those dynamic filtering dropped (``ctx.filtered``) included: the history must learn that an
-    always-solved prompt is uninformative, whether or not it was kept. Stamped with the step ``ctx.step``.
-    shaped: the (n, G) shaped rewards of ``samples`` where the caller has them (the sync experience maker,
-    which shapes the step's rollouts in place anyway); otherwise (the async generator, whose rollouts go on
-    to the trainer with their raw rewards) they are shaped on copies, as ``ctx.filtered``'s always are."""
-    G = args.rollout.n_samples_per_prompt
-    rolled_out = list(samples) + list(ctx.filtered)
-    index = [d.index for d in group_draws(ctx, rolled_out, G)]
-    rest = rolled_out if shaped is None else list(ctx.filtered)
-    copies = []
-    for s in rest:
-        c = copy.copy(s)
-        c.rewards, c.info = s.rewards.clone(), dict(s.info)
-        copies.append(c)
-    parts = ([] if shaped is None else [shaped]) + ([shaped_rewards(copies, args)] if copies else [])
-    rewards = torch.cat([p.to(parts[0].dtype) for p in parts])
-    history.update(torch.tensor(index, dtype=torch.int64), rewards, ctx.step)
 
 
 class DPPOExperienceMaker(RemoteExperienceMaker):
@@ -294,7 +219,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
             )
             exp.returns = self.get_cumulative_returns(reward, exp.action_mask, 1.0)
             exp.info["return"] = reward.sum(dim=-1)
-            exp.info[SAMPLE_WEIGHT] = weights_kept[pos].float()
+            exp.info[rd.SAMPLE_WEIGHT] = weights_kept[pos].float()
             if group_std is not None:
                 exp.info["group_reward_std"] = group_std[pos]
             exp.kl = None

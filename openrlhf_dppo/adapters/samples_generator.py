@@ -1,37 +1,27 @@
 """The step's rollouts: prompt pruning (METHOD.md "Level 1") before vLLM sees the prompts, and what the
-step's accounting needs from generation. Used for DPPO and, observing only, for ``--dppo.enable false``.
+step's accounting needs from generation. Both arms; with ``--dppo.enable false`` it only observes.
 
-Seams (``OpenRLHF SamplesGenerator``):
+Seams (``SamplesGenerator``):
 - ``generate_samples()``: OpenRLHF's loop calls it once per step. It makes the step's ``StepContext``
-  (``adapters.step``; step number = steps handed out + 1) and returns the rollouts as ``Rollouts`` with
-  the context attached: OpenRLHF passes that list unchanged to the trainer's ``train_step`` and on to
-  the experience maker. Once ``--dppo.max_steps`` steps were handed out it answers "exhausted".
-  * DPPO (owned, short): ONE prompt draw, rolled out and returned whole (OpenRLHF's version keeps a
-    buffer and serves whatever exceeds ``rollout.batch_size x n_samples_per_prompt`` at the next step
-    without a new draw; a pruned draw never exceeds it). The draw:
-    1. takes the step's B = ``--rollout.batch_size`` prompts from the dataloader,
-    2. reads their scores from the prompt history (``PromptHistory.signals``; keyed by dataset index: the
-       dataloader yields prompt text, mapped back to its index once from the ``PromptDataset``; identical
-       texts share one entry; an unseen prompt takes the mean seen score),
-    3. draws the keep mask with ``core.prune_prompts`` (q from ``--dppo.prompt_policy``, seeded per draw, at
-       the rate of ``rate_control``, a ``core.PromptRateControl``: ``--dppo.prompt_prune_rate``, or under
-       ``--dppo.prompt_rate_control zero-share`` the all-equal share the trainer fed it from earlier steps;
-       at rate 0 every q is 1). The draw never keeps nothing: OpenRLHF's loop would answer an empty step by
-       drawing again, which conditions the step on a non-empty draw (``core.sampling``, "Never empty"); so
-       one call is one step, and no draw is left unaccounted,
-    4. hands ONLY the kept prompts to OpenRLHF's ``_generate_vllm``, which dispatches them to vLLM
-       exactly as before (dynamic filtering included: its replacements come from the dataloader, q = 1).
+  (step number = steps handed out + 1) and returns ``Rollouts`` with it; once ``--dppo.max_steps`` steps
+  were handed out it answers "exhausted".
+  * DPPO: ONE prompt draw per step, rolled out and returned whole (OpenRLHF's buffer, which serves what
+    exceeds B x G at the next step without a new draw, is not used: a pruned draw never exceeds it). The
+    draw takes B = ``--rollout.batch_size`` prompts from the dataloader, scores them from the prompt
+    history (``PromptHistory.signals``, keyed by dataset index), draws the keep mask with
+    ``core.prune_prompts`` at the rate of ``rate_control`` (seeded per draw), and hands ONLY the kept
+    prompts to OpenRLHF's ``_generate_vllm`` (dynamic filtering's replacements come from the dataloader,
+    q = 1). The draw never keeps nothing: OpenRLHF's loop would draw again, conditioning the step on a
+    non-empty draw.
   * GRPO: OpenRLHF's method unchanged (its buffer included), observed through the two hooks below.
-  Counts ``samples|tokens/generated`` (the rollouts returned for the step plus those dynamic filtering
-  dropped while generating them), ``samples|tokens/filtered`` and ``prompts/drawn|rolled_out|pruned``.
-- ``_generate_vllm`` (a training call carries the context as the ``dppo_step`` generate kwarg, which
-  OpenRLHF passes on to every response): the groups OpenRLHF's dynamic filter dropped (every response
-  is seen by the hook; the dropped ones are those not returned) go to ``ctx.filtered``: the history
-  must see them, and they were generated. Evaluation calls carry no context and are never pruned.
-- ``_process_response_into_experience`` (every vLLM response, training and evaluation): a reward
-  function that raised (OpenRLHF's executor then leaves the reward empty) or returned NaN / inf stops
-  the run with a ``RewardError`` naming the reward file and the step, before any filter or training
-  sees the value. A training rollout's prompt is recorded in ``ctx.prompts`` (q = 1 unless pruned).
+  Counts ``samples|tokens/generated`` (returned plus dropped by dynamic filtering),
+  ``samples|tokens/filtered`` and ``prompts/drawn|rolled_out|pruned``.
+- ``_generate_vllm``: a training call carries the context as the ``dppo_step`` generate kwarg; the groups
+  dynamic filtering dropped (seen by the hook below, not returned) go to ``ctx.filtered``. Evaluation
+  calls carry no context and are never pruned.
+- ``_process_response_into_experience`` (every response, training and evaluation): a reward function that
+  raised (no reward) or returned NaN / inf stops the run with a ``RewardError`` naming the reward file and
+  the step; a training rollout's prompt is recorded in ``ctx.prompts`` (q = 1 unless pruned).
 """
 
 from __future__ import annotations
@@ -44,18 +34,17 @@ from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_dppo import run_dir as rd
-from openrlhf_dppo.adapters.step import DrawRecord, PromptDraw, Rollouts, StepContext
+from openrlhf_dppo.adapters.step import (
+    DrawRecord,
+    PromptDraw,
+    RewardError,
+    Rollouts,
+    StepContext,
+    response_tokens,
+)
 from openrlhf_dppo.core import PromptHistory, PromptRateControl, prune_prompts, step_generator
 
 logger = init_logger(__name__)
-
-
-class RewardError(RuntimeError):
-    """The reward function gave no finite reward for a rollout."""
-
-
-def response_tokens(sample) -> int:
-    return int(sample.action_mask.sum().item())
 
 
 class DPPOSamplesGenerator(SamplesGenerator):

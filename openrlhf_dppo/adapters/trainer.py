@@ -1,39 +1,26 @@
-"""The trainer actor (single controller): OpenRLHF's ``PPOTrainer`` with the DPPO parts swapped in.
+"""The trainer actor (single controller): OpenRLHF's ``PPOTrainer`` with DPPO's parts, one step as
+OpenRLHF's ``fit`` loop runs it (the step's ``StepContext`` rides on the rollouts, ``adapters.step``):
 
-One step, top to bottom (OpenRLHF's ``fit`` loop; the ``StepContext`` rides on the data, see
-``adapters.step``):
-1. OpenRLHF's loop calls ``samples_generator.generate_samples()``: the DPPO generator makes the step's
-   context and returns ``Rollouts`` with it attached (or "exhausted" once ``--dppo.max_steps`` steps
-   were made: that ends every episode loop after the last step's evaluation and checkpoint).
-2. OpenRLHF's loop calls ``train_step(rollouts)``: the ``rollout/*`` statistics from the RAW rewards of
-   every rolled-out group (with ``rollout/reward_ht``, ``core.reward_stats``), then OpenRLHF's step,
-   which hands the same ``rollouts`` to ``experience_maker.make_experience_batch`` and its return to
-   ``balance_experiences``: for DPPO that module-global is ``planned_balance`` for the step's duration,
-   which follows the plan the maker returned with the experiences. The context's metrics go into the
-   status (wandb / tensorboard log them) and generated = trained + pruned + filtered + untrained is
-   checked, each count taken where it happens: generated and filtered by the samples generator, pruned
-   by the experience maker's mask (GRPO: 0, ``CountingExperienceMaker``), trained by the actors from the
-   micro-batches they train (non-zero weight only) and untrained by them from what no step trains, in
-   both arms.
-   With DPPO the step's all-equal share (``rollout/equal_reward_frac_ht``) goes to the generator's
-   ``rate_control`` (``--dppo.prompt_rate_control zero-share`` sets the next draws' prune rate from it).
-3. ``save_logs_and_checkpoints``: one metrics.jsonl line per step; the DPPO state (prompt history,
-   draw counters, rate control) goes into the checkpoint's client states; ``init_checkpoint_states`` restores it.
-The config is the CLI's validated ``DPPOConfig`` and the run metadata (command line, start time,
-``--dppo.run_dir``, ``--dppo.max_steps``, ``--dppo.schedule_steps``) the CLI's ``RunMeta``, both passed to
-the constructor by ``adapters.install`` (never rebuilt or re-read from the namespace).
-Also: ``evaluate`` writes one eval line per evaluation with ``timing/eval`` (seconds); ``fit`` writes
-status.json and, for a fresh run (not resumed) with evaluation on, evaluates once before step 1 (step
-0). With ``--dppo.enable false`` the generator only observes (counts, reward checks) and OpenRLHF's
-experience maker and actor training step run unchanged (the differences are listed in the help of
-``--dppo.enable``, ``core.config``). Both arms make a rollout batch's whole train batches of optimizer
-steps (``--dppo.short_batch drop``, OpenRLHF's rule: none for a batch smaller than one); what no step
-trains (GRPO: also the rest after them) is counted as ``samples|tokens/untrained`` by the actors.
-``--dppo.short_batch train`` trains a batch smaller than one train batch (an epoch's short last batch;
-every batch when B x G is smaller than one) as one optimizer step in both arms, and the LR schedule spans
-those steps (``short_batch_steps``). Under either rule a batch of fewer rollouts than data-parallel ranks
-is not trained: GRPO sends it to no rank (OpenRLHF's forwards would stop the run) and counts it as
-untrained here (``_unspread_step``); DPPO forwards it with zero-weight copies and its plan makes no step.
+1. generate: ``samples_generator.generate_samples()`` (``DPPOSamplesGenerator``) draws the prompts, rolls
+   the kept ones out and returns ``Rollouts`` with the step's context ("exhausted" after
+   ``--dppo.max_steps`` steps);
+2. ``train_step(rollouts)``: the ``rollout/*`` statistics of the raw rewards (``step.rollout_stats``),
+   then OpenRLHF's step:
+3. make experience: ``experience_maker.make_experience_batch(rollouts)`` (``DPPOExperienceMaker``)
+   prunes completions, forwards the kept ones and returns them with the packed plan;
+4. dispatch: OpenRLHF's ``balance_experiences`` is ``dispatch.planned_balance`` for the step, which hands
+   each rank its batches of the plan;
+5. actors: each rank's replay buffer follows the plan and its training steps count what they train
+   (``adapters.actor``); the optimizer steps there;
+6. log: the status gets the context's metrics, the accounting identity is checked
+   (``step.check_accounting``), the all-equal share goes to the rate control, and
+   ``save_logs_and_checkpoints`` writes one metrics.jsonl line and the DPPO state into the checkpoint.
+
+With ``--dppo.enable false`` the generator only observes and OpenRLHF's experience maker
+(``CountingExperienceMaker``) and training step run; a rollout batch of fewer rollouts than data-parallel
+ranks goes to no rank and is counted as untrained (``_unspread_step``). The config and run metadata are the
+CLI's (``DPPOConfig``, ``RunMeta``), passed to the constructor by ``adapters.install``. ``fit`` writes
+status.json and evaluates once before step 1 on a fresh run; ``evaluate`` writes one eval line each.
 """
 
 from __future__ import annotations
@@ -43,124 +30,29 @@ import os
 import time
 from typing import Any
 
-import torch
 from openrlhf.trainer import ppo_trainer
 from openrlhf.utils.logging_utils import init_logger
 
-from openrlhf_dppo import precision
 from openrlhf_dppo import run_dir as rd
-from openrlhf_dppo.adapters._ray import remote_like, swap_attr, unwrap_actor_class
-from openrlhf_dppo.adapters.dispatch import num_optimizer_steps
-from openrlhf_dppo.adapters.experience_maker import (
-    CountingExperienceMaker,
-    DPPOExperienceMaker,
+from openrlhf_dppo.adapters.dispatch import planned_balance
+from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker, DPPOExperienceMaker
+from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator
+from openrlhf_dppo.adapters.step import (
+    DPPO_STATE,
+    RewardError,
+    check_accounting,
     effective_dp_size,
+    planned_steps,
+    remote_like,
+    response_tokens,
+    rollout_stats,
+    swap_attr,
+    unwrap_actor_class,
 )
-from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator, RewardError, response_tokens
-from openrlhf_dppo.adapters.step import StepContext
-from openrlhf_dppo.core import DPPOConfig, reward_stats
-from openrlhf_dppo.core.config import DPPOConfigError
+from openrlhf_dppo.core import DPPOConfig
 from openrlhf_dppo.run_dir import RunDir, RunMeta
 
 logger = init_logger(__name__)
-DPPO_STATE = "dppo_state"
-
-
-class AccountingError(RuntimeError):
-    """Generated tokens/samples do not equal trained + pruned + filtered + untrained."""
-
-
-def check_accounting(status: dict) -> None:
-    """Each unit's generated count must equal trained + pruned + filtered + untrained (five counts, each
-    taken where it happens: generated and filtered by the samples generator, pruned by the experience
-    maker's mask, trained and untrained by the actors from their micro-batches and replay buffers)."""
-    parts_of = ("trained", "pruned", "filtered", "untrained")
-    for unit in ("tokens", "samples"):
-        counts = {k: status.get(f"{unit}/{k}") for k in ("generated", *parts_of)}
-        missing = [k for k, v in counts.items() if v is None]
-        if missing:
-            raise AccountingError(f"{unit}: no count of {', '.join(missing)} for this step")
-        parts = {k: v for k, v in counts.items() if v is not None}  # all five, as checked above
-        if parts["generated"] != sum(parts[k] for k in parts_of):
-            raise AccountingError(
-                f"{unit}: generated {parts['generated']} != "
-                + " + ".join(f"{k} {parts[k]}" for k in parts_of)
-            )
-
-
-def short_batch_steps(args, prompts: int, rule: str) -> int:
-    """The optimizer steps the run makes beyond OpenRLHF's count (``len(prompts) x G // train batch`` per
-    episode and PPO epoch): under ``--dppo.short_batch train`` every rollout batch smaller than one train
-    batch (an epoch's short last batch; every batch when B x G is smaller than one) makes a step of its
-    own, unless it holds fewer rollouts than data-parallel ranks (``dispatch.num_optimizer_steps``), so
-    one pass over the prompts can make more steps than OpenRLHF's count; 0 under ``drop``, whose steps
-    never exceed it."""
-    B, G, T = args.rollout.batch_size, args.rollout.n_samples_per_prompt, args.train.batch_size
-    full, rest = divmod(prompts, B)
-    train, dp = rule == "train", effective_dp_size(args)
-    made = full * num_optimizer_steps(B, G, T, B, train, dp)
-    if rest:
-        made += num_optimizer_steps(B, G, T, rest, train, dp)
-    return max(0, made - prompts * G // T) * args.train.num_episodes * args.train.max_epochs
-
-
-def scheduler_steps(args, host_steps: int, step_limit: int | None, span: int | None = None) -> int:
-    """The optimizer steps the LR schedule spans (OpenRLHF's ``get_max_steps``): OpenRLHF's count for
-    all episodes, or -- with ``--dppo.max_steps`` -- that of the steps the run will make, if fewer; or
-    -- with ``--dppo.schedule_steps`` (``span``) -- those of ``span`` training steps, whether or not the
-    run makes them (a run cut short keeps the schedule of the longer one). A span shorter than the run
-    is refused: past its end the cosine would climb back up."""
-    per_step = max(1, args.rollout.batch_size * args.rollout.n_samples_per_prompt // args.train.batch_size)
-    run_steps = (
-        host_steps if step_limit is None else min(host_steps, step_limit * per_step * args.train.max_epochs)
-    )
-    if span is None:
-        return run_steps
-    spanned = span * per_step * args.train.max_epochs
-    if spanned < run_steps:
-        raise DPPOConfigError(
-            "schedule_steps",
-            span,
-            f"must cover the run: {spanned} optimizer steps, fewer than the run's {run_steps} "
-            "(from --train.num_episodes and --dppo.max_steps); past its end the cosine would climb back up",
-        )
-    return spanned
-
-
-def planned_steps(args, host_steps: int, prompts: int, dppo: DPPOConfig, run: RunMeta) -> int:
-    """The optimizer steps the LR schedule spans for this run: OpenRLHF's count (``host_steps``) plus the
-    short batches' steps, cut to ``--dppo.max_steps``, spread to ``--dppo.schedule_steps``
-    (``short_batch_steps``, ``scheduler_steps``). prompts: the prompt dataset's length."""
-    host_steps += short_batch_steps(args, prompts, dppo.short_batch)
-    return scheduler_steps(args, host_steps, run.max_steps, run.schedule_steps)
-
-
-def rollout_stats(samples, group_size: int, ctx: StepContext) -> dict | None:
-    """``rollout/*`` of a step's rolled-out completions (whole groups, in order) from their RAW rewards,
-    before any length penalty; None when a reward model scores them later (no rewards on them yet).
-    q of a group: its prompt's ``ctx.prompts`` draw (1 when not there: OpenRLHF's buffer served it);
-    the prompts drawn: ``ctx.draw`` (None: the groups)."""
-    if not samples or any(s.rewards is None for s in samples):
-        return None
-    rewards = torch.cat([s.rewards.reshape(-1) for s in samples]).to(torch.float64).reshape(-1, group_size)
-    tags = [ctx.prompt(s.prompts[0]) for s in samples[::group_size]]
-    q = torch.tensor([1.0 if t is None else t.q for t in tags], dtype=torch.float64)
-    stats = reward_stats(rewards, q, ctx.draw.drawn if ctx.draw is not None else None)
-    stats[rd.RESPONSE_LENGTH_MEAN] = torch.cat([s.response_length for s in samples]).float().mean().item()
-    stats[rd.TRUNCATED_RATE] = torch.cat([s.truncated for s in samples]).float().mean().item()
-    stats[rd.NUM_SAMPLES] = float(len(samples))
-    return stats
-
-
-def planned_balance(experiences, args):
-    """Stands in for OpenRLHF's ``balance_experiences`` during a DPPO step: the per-rank batches of the
-    plan the experience maker returned with the experiences (``PlannedExperiences.plan``)."""
-    plan = experiences.plan
-    expected = sum(len(e.sequences) for e in experiences)
-    planned = sum(1 for items in plan.rank_items for _ in items) - plan.fillers
-    if planned != expected:
-        raise RuntimeError(f"DPPO dispatch plan covers {planned} sequences, the batch has {expected}")
-    return plan.rank_experiences()
 
 
 # OpenRLHF's trainer base, typed Any (the host is untyped; mypy accepts a base computed at run time only so)
@@ -182,11 +74,8 @@ class DPPOSteps(_BasePPOTrainer):
         run_path = run.run_dir or args.ckpt.output_dir
         shown_max = self.step_limit if self.step_limit is not None else planned_steps
         self.run_dir = RunDir(os.path.abspath(run_path), max_steps=shown_max)
-        # the CPU, its bf16 support and the precision: every timing depends on them
-        machine = precision.machine(args.ds.param_dtype, run.device)
-        self.run_dir.write_config(
-            args, dppo, "dppo" if dppo.enable else "grpo", run.argv, run.start_time, machine=machine
-        )
+        algo = "dppo" if dppo.enable else "grpo"
+        self.run_dir.write_config(args, dppo, algo, run.argv, run.start_time, machine=run.machine)
         self._last_step = 0  # the last step trained (from the checkpoint on a resume)
 
     def _make_experience_maker(self, history):

@@ -41,7 +41,7 @@ from typing import Callable, Sequence
 from openrlhf_dppo.cli.flags import add_dppo_arguments
 from openrlhf_dppo.cli.validate import FlagError, limit_notices, validate
 from openrlhf_dppo.compat import cpu
-from openrlhf_dppo.precision import PrecisionError, prepare_parser
+from openrlhf_dppo.precision import PrecisionError, machine, prepare_parser
 
 OPENRLHF_SCRIPT = "openrlhf.cli.train_ppo_ray"
 PARSE_HOOK = "__dppo_parse_args__"
@@ -203,10 +203,10 @@ def main(
         from openrlhf_dppo.adapters import install
         from openrlhf_dppo.run_dir import RunMeta
 
-        opts = state.opts
+        opts, device = state.opts, state.choice.device
         run = RunMeta(
             argv=argv, start_time=start_time, run_dir=opts.run_dir, max_steps=opts.max_steps,
-            schedule_steps=opts.schedule_steps, device=state.choice.device,
+            schedule_steps=opts.schedule_steps, device=device, machine=machine(args.ds.param_dtype, device),
         )  # fmt: skip
         install(state.cfg, run)  # the config and run options validated above, passed as they are
         state.result = train_ppo_ray.train(args)

@@ -18,11 +18,18 @@ from dppo_stand_ins import (
 )
 from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
-from openrlhf_dppo.adapters._ray import unwrap_actor_class
 from openrlhf_dppo.adapters.actor import DPPOReplayBuffer, micro_batch_counts, step_counts
 from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker, DPPOExperienceMaker
 from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator
-from openrlhf_dppo.adapters.step import DrawRecord, PromptDraw, Rollouts, StepContext
+from openrlhf_dppo.adapters.step import (
+    DrawRecord,
+    PromptDraw,
+    Rollouts,
+    StepContext,
+    scheduler_steps,
+    short_batch_steps,
+    unwrap_actor_class,
+)
 from openrlhf_dppo.adapters.trainer import DPPOTrainer
 from openrlhf_dppo.core import PromptHistory, PromptRateControl
 from openrlhf_dppo.run_dir import RunDir
@@ -223,3 +230,18 @@ def one_step(t):
     assert samples, "the stand-in draw gave nothing to train"
     status, t._last_step = t.train_step(samples, t._last_step)
     return status, samples
+
+
+def schedule_of(args, prompts: int, rule: str, step_limit=None) -> int:
+    """The trainer's LR schedule length (``_DPPOTrainer.__init__``): OpenRLHF's ``max_steps`` (its
+    ``prepare_datasets``: prompts x G // train batch x episodes x PPO epochs), the steps the short-batch
+    rule adds, then ``scheduler_steps``."""
+    a = args
+    host = (
+        prompts
+        * a.rollout.n_samples_per_prompt
+        // a.train.batch_size
+        * a.train.num_episodes
+        * a.train.max_epochs
+    )
+    return scheduler_steps(args, host + short_batch_steps(args, prompts, rule), step_limit)

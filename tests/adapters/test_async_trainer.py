@@ -20,9 +20,13 @@ from openrlhf.trainer.ppo_utils.samples_generator import _collect_prompt_batch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from openrlhf_dppo.adapters import async_trainer as at
-from openrlhf_dppo.adapters.experience_maker import shaped_rewards, update_history
-from openrlhf_dppo.adapters.step import Rollouts, StepContext
-from openrlhf_dppo.adapters.trainer import check_accounting
+from openrlhf_dppo.adapters.step import (
+    Rollouts,
+    StepContext,
+    check_accounting,
+    shaped_rewards,
+    update_history,
+)
 from openrlhf_dppo.core import DPPOConfig, PromptHistory
 
 

@@ -257,7 +257,7 @@ def test_the_experience_side_forwards_stay_within_the_rollout_token_budget(dp):
         get_seqlen_balanced_partitions,
     )
 
-    from openrlhf_dppo.adapters.experience_maker import forward_partitions
+    from openrlhf_dppo.adapters.dispatch import forward_partitions
 
     budget = 64
     over = 0

@@ -100,7 +100,7 @@ def test_pruning_forwards_only_kept_completions_and_folds_the_weights():
 
     # recompute the decision with core: group advantages of the FULL groups, the same seeded draw
     rewards = torch.cat([s.rewards for s in samples]).reshape(-1, G)
-    r64 = rewards.double()  # group statistics in float64 (core.advantages), returned in float32
+    r64 = rewards.double()  # group statistics in float64 (core.group_advantages), returned in float32
     adv = ((r64 - r64.mean(-1, keepdim=True)) / (r64.std(-1, keepdim=True) + 1e-9)).float().reshape(-1)
     p, _ = completion_keep_probs(adv, 0.5, 0.1, allow_zero=True)
     mask, p_used = sample_mask(p, step_generator(3, 4, 1), multiple_of=2)
@@ -157,7 +157,7 @@ def test_with_a_kl_term_zero_advantage_completions_keep_a_positive_probability()
     samples = tag(rollout_batch(6, G, seed=5), G)
     maker = dppo_maker(args, DPPOConfig(completion_prune_rate=0.5, p_min=0.2))
     rewards = torch.cat([s.rewards.float() for s in samples]).reshape(-1, G)
-    r64 = rewards.double()  # group statistics in float64 (core.advantages), returned in float32
+    r64 = rewards.double()  # group statistics in float64 (core.group_advantages), returned in float32
     adv = ((r64 - r64.mean(-1, keepdim=True)) / (r64.std(-1, keepdim=True) + 1e-9)).float().reshape(-1)
     p_used = maker._completion_draw(adv, torch.ones_like(adv, dtype=torch.float64), 1, 0)[0].prob
     assert (adv == 0).any()

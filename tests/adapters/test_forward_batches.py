@@ -1,4 +1,4 @@
-"""DPPO's experience-side forward batches (``adapters.packing.forward_partitions``): never more batches
+"""DPPO's experience-side forward batches (``adapters.dispatch.forward_partitions``): never more batches
 than samples, a multiple of the data-parallel size, each within the rollout token budget where the
 samples allow, and no more forward calls than that budget requires."""
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openrlhf.utils.seqlen_balancing import get_minimum_num_micro_batch_size
 
-from openrlhf_dppo.adapters.experience_maker import forward_partitions
+from openrlhf_dppo.adapters.dispatch import forward_partitions
 
 
 def _loads(lengths, parts):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from dppo_stand_ins import base_argv, generator_for, make_args, solved_every_4th
 
-from openrlhf_dppo.adapters.samples_generator import RewardError
+from openrlhf_dppo.adapters.step import RewardError
 from openrlhf_dppo.core import DPPOConfig, PromptHistory, prompt_keep_probs, sample_mask, step_generator
 
 pytestmark = pytest.mark.usefixtures("stand_in_ray")

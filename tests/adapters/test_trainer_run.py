@@ -1,5 +1,6 @@
 """The trainer over a run: evaluation lines, --dppo.max_steps and the evaluation points (step 0, the
-schedule, the last step), the LR schedule's length, and the training reward (raw, Horvitz-Thompson)."""
+schedule, the last step), an episode's optimizer steps against the LR schedule, and the training reward
+(raw, Horvitz-Thompson)."""
 
 import json
 import os
@@ -7,12 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from dppo_pipeline import CheckpointGroup, bare_trainer, controller, one_step
+from dppo_pipeline import CheckpointGroup, bare_trainer, controller, one_step, schedule_of
 from dppo_stand_ins import GENERATE_KW, base_argv, generator_for, make_args
 
-from openrlhf_dppo.adapters.trainer import scheduler_steps, short_batch_steps
 from openrlhf_dppo.core import DPPOConfig, PromptHistory
-from openrlhf_dppo.core.config import DPPOConfigError
 from openrlhf_dppo.run_dir import RunDir
 
 pytestmark = pytest.mark.usefixtures("stand_in_ray")
@@ -106,69 +105,6 @@ def test_the_last_step_is_evaluated_when_it_is_on_the_schedule_and_a_resume_skip
     t.fit()
     assert [r["step"] for r in lines(tmp_path, "train")] == [3, 4] == t.steps_seen
     assert [r["step"] for r in lines(tmp_path, "eval")] == [4]
-
-
-def test_the_lr_schedule_spans_the_steps_max_steps_allows():
-    args = make_args(base_argv(batch=4, group=4, train_batch=8) + ["--train.max_epochs", "2"])
-    assert scheduler_steps(args, 1000, None) == 1000
-    assert scheduler_steps(args, 1000, 7) == 7 * (4 * 4 // 8) * 2
-    assert scheduler_steps(args, 10, 7) == 10
-
-
-def test_schedule_steps_sets_the_span_of_a_run_cut_short():
-    """--dppo.schedule_steps: a run stopped at max_steps follows the schedule of the longer run, even
-    past what its episodes would allow (the span is that run's, not this one's)."""
-    args = make_args(base_argv(batch=4, group=4, train_batch=8) + ["--train.max_epochs", "2"])
-    assert scheduler_steps(args, 1000, 7, span=30) == 30 * (4 * 4 // 8) * 2
-    assert scheduler_steps(args, 10, 7, span=30) == 30 * 2 * 2
-    assert scheduler_steps(args, 120, None, span=30) == 120
-    with pytest.raises(
-        DPPOConfigError, match="--dppo.schedule_steps 30: must cover the run: 120 optimizer steps, fewer"
-    ):
-        scheduler_steps(args, 1000, None, span=30)  # all episodes, no --dppo.max_steps: 1000 steps
-
-
-def schedule_of(args, prompts: int, rule: str, step_limit=None) -> int:
-    """The trainer's LR schedule length (``_DPPOTrainer.__init__``): OpenRLHF's ``max_steps`` (its
-    ``prepare_datasets``: prompts x G // train batch x episodes x PPO epochs), the steps the short-batch
-    rule adds, then ``scheduler_steps``."""
-    a = args
-    host = (
-        prompts
-        * a.rollout.n_samples_per_prompt
-        // a.train.batch_size
-        * a.train.num_episodes
-        * a.train.max_epochs
-    )
-    return scheduler_steps(args, host + short_batch_steps(args, prompts, rule), step_limit)
-
-
-@pytest.mark.parametrize(
-    "prompts, batch, train_batch, dp, rule, extra, limit, steps",
-    [
-        # B x G = 16 < 32: every rollout batch is short, each one step under train: 16 batches, 16 steps
-        # (OpenRLHF's count is 64 x 4 // 32 = 8; past it the cosine climbs back to the peak)
-        (64, 4, 32, 1, "train", (), None, 16),
-        (64, 4, 32, 1, "train", ("--train.num_episodes", "2", "--train.max_epochs", "2"), None, 64),
-        (64, 4, 32, 1, "train", (), 10, 10),  # the steps --dppo.max_steps allows
-        # 22 prompts in batches of 6, 6, 6, 4 x G = 4, each smaller than 32: 4 steps (OpenRLHF's count: 2)
-        (22, 6, 32, 1, "train", (), None, 4),
-        # 65 prompts: 16 batches of 4 x 4 = 16 rollouts and a last one of 4, fewer than the 8 ranks (no step)
-        (65, 4, 32, 8, "train", (), None, 16),
-        # a short last batch only (6, 6, 6, 3 prompts x 4, train batch 16): OpenRLHF's 84 // 16 = 5 already
-        # covers the 4 steps made, and stays
-        (21, 6, 16, 1, "train", (), None, 5),
-        # drop: whole train batches only, never more than OpenRLHF's count (11 = 3 + 3 + 3 + 2 made; 5 > 4)
-        (22, 6, 8, 1, "drop", (), None, 11),
-        (22, 6, 16, 1, "drop", (), None, 5),
-    ],
-)
-def test_the_lr_schedule_spans_every_optimizer_step_the_run_makes(
-    prompts, batch, train_batch, dp, rule, extra, limit, steps
-):
-    short = ["--dppo.short_batch", rule]  # the validation refuses B x G < train batch under drop
-    args = make_args(base_argv(dp=dp, batch=batch, group=4, train_batch=train_batch) + short + list(extra))
-    assert schedule_of(args, prompts, rule, limit) == steps
 
 
 def test_an_episode_of_short_batches_makes_as_many_optimizer_steps_as_the_schedule_spans(tmp_path):

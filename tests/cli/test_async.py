@@ -52,7 +52,7 @@ def _top(tree: ast.Module, name: str):
 def test_the_host_seams_the_async_adapter_uses_are_still_there():
     from openrlhf.trainer import ppo_trainer_async as host
 
-    from openrlhf_dppo.adapters._ray import unwrap_actor_class
+    from openrlhf_dppo.adapters.step import unwrap_actor_class
 
     # train() imports PPOTrainerAsync from its module when it runs: install()'s module attribute is read
     train = _top(_host_tree("cli/train_ppo_ray.py"), "train")

@@ -171,11 +171,11 @@ def test_install_points_openrlhf_at_the_dppo_classes():
     from openrlhf.trainer import ppo_trainer, ppo_trainer_async
 
     from openrlhf_dppo.adapters import install
-
-    # the replacements are Ray actor classes again, wrapping subclasses of OpenRLHF's Python classes
-    from openrlhf_dppo.adapters._ray import unwrap_actor_class
     from openrlhf_dppo.adapters.actor import DPPOPolicyModelActor
     from openrlhf_dppo.adapters.async_trainer import DPPOTrainerAsync
+
+    # the replacements are Ray actor classes again, wrapping subclasses of OpenRLHF's Python classes
+    from openrlhf_dppo.adapters.step import unwrap_actor_class
     from openrlhf_dppo.adapters.trainer import DPPOTrainer
     from openrlhf_dppo.run_dir import RunMeta
 

@@ -35,8 +35,8 @@ def run(rank: int, world: int, port: int, payload: str, out_dir: str) -> None:
 
     utils.convert_to_torch_dtype = fp32_aware(utils.convert_to_torch_dtype)
 
-    from openrlhf_dppo.adapters._ray import unwrap_actor_class
     from openrlhf_dppo.adapters.actor import DPPOActorTrainer, DPPOPolicyModelActor
+    from openrlhf_dppo.adapters.step import unwrap_actor_class
 
     data = torch.load(payload, weights_only=False)
     args = data["args"]

