@@ -119,7 +119,7 @@ class DPPOSteps(_BasePPOTrainer):
         OpenRLHF's forwards and balancing need one rollout per rank (its run stops here). Under
         ``--dppo.short_batch drop`` such a batch is smaller than one train batch, which holds at least one
         rollout per rank, so it is never trained; under ``train`` it cannot be spread over the ranks
-        (``dispatch.num_optimizer_steps``; DPPO's plan makes no step of it either). It goes to no rank:
+        (``step.num_optimizer_steps``; DPPO's plan makes no step of it either). It goes to no rank:
         counted here as untrained, with a warning. Returns (status, step) as OpenRLHF's ``train_step``."""
         n, tokens = float(len(rollout_samples)), float(sum(map(response_tokens, rollout_samples)))
         logger.warning(
