@@ -36,7 +36,6 @@ from openrlhf_dppo.compat.cpu.device_choice import (
     CPU,
     DeviceChoice,
     DeviceChoiceError,
-    DeviceMismatch,
     decide,
     decide_locally,
 )
@@ -48,7 +47,6 @@ from openrlhf_dppo.compat.cpu.hooks import (
     ENV_SYNC_TIMEOUT,
     ENV_VERIFY,
     ENV_WATCHDOG,
-    after_import,
     log,
 )
 from openrlhf_dppo.compat.cpu.patches import (
@@ -57,22 +55,18 @@ from openrlhf_dppo.compat.cpu.patches import (
     RAY_WORKER,
     SITES,
     VLLM_ENGINE,
-    Patch,
     check_names,
     enabled,
     install,
 )
 from openrlhf_dppo.compat.cpu.ray_init import (
-    SETUP_HOOK,
     ray_init_kwargs,
     stand_in_gpus,
     worker_pythonpath,
     wrap_ray_init,
 )
-from openrlhf_dppo.compat.cpu.watchdog import Watchdog, heartbeat
 from openrlhf_dppo.compat.cpu.weight_sync import (
     DIGEST_REQUEST,
-    EXTENSION_CLS,
     GlooBroadcastGroup,
     tensor_digest,
 )
@@ -88,25 +82,18 @@ __all__ = [
     "ENV_SYNC_TIMEOUT",
     "ENV_VERIFY",
     "ENV_WATCHDOG",
-    "EXTENSION_CLS",
     "PATCHES",
     "RAY_WORKER",
-    "SETUP_HOOK",
     "SITES",
     "VLLM_ENGINE",
     "DeviceChoice",
     "DeviceChoiceError",
-    "DeviceMismatch",
     "GlooBroadcastGroup",
-    "Patch",
-    "Watchdog",
-    "after_import",
     "apply",
     "cuda_available",
     "decide",
     "decide_locally",
     "enabled",
-    "heartbeat",
     "install",
     "log",
     "ray_init_kwargs",
