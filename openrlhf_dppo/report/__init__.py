@@ -7,26 +7,9 @@ neither the host (OpenRLHF, Ray, DeepSpeed, vLLM) nor torch; matplotlib is impor
 written and rich only when the terminal table is printed.
 """
 
-from openrlhf_dppo.report.arms import build_report, group_runs
-from openrlhf_dppo.report.comparability import Difference, config_differences
-from openrlhf_dppo.report.curves import Curve, Spread
-from openrlhf_dppo.report.model import Arm, Comparison, Report
-from openrlhf_dppo.report.run import Run, RunDirError, load_run
-from openrlhf_dppo.report.summary import RunSummary, Settings
+from openrlhf_dppo.report.arms import build_report
+from openrlhf_dppo.report.model import Report
+from openrlhf_dppo.report.run import RunDirError, load_run
+from openrlhf_dppo.report.summary import Settings
 
-__all__ = [
-    "Arm",
-    "Comparison",
-    "Curve",
-    "Difference",
-    "Report",
-    "Run",
-    "RunDirError",
-    "RunSummary",
-    "Settings",
-    "Spread",
-    "build_report",
-    "config_differences",
-    "group_runs",
-    "load_run",
-]
+__all__ = ["Report", "RunDirError", "Settings", "build_report", "load_run"]
