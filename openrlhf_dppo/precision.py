@@ -116,12 +116,9 @@ def torch_default_folder() -> str:
 
 
 def inductor_cache_folder(cap: str = "") -> str:
-    """The kernel-cache folder of this Python environment: ``<tmp>/torchinductor_<user>_env-<key>``.
-
-    ``<key>`` is a digest of ``sys.prefix`` and the folder torch is installed in (found without importing
-    torch), so two environments never share a folder, whatever their torch versions; ``cap`` (an
-    ``ATEN_CPU_CAPABILITY`` value) adds ``_aten-<cap>``.
-    """
+    """The kernel-cache folder of this Python environment: ``<tmp>/torchinductor_<user>_env-<key>``,
+    ``<key>`` a digest of ``sys.prefix`` and torch's install folder (torch not imported); ``cap`` (an
+    ``ATEN_CPU_CAPABILITY`` value) adds ``_aten-<cap>``."""
     import hashlib
     import importlib.util
     import re
@@ -228,13 +225,10 @@ class ParamDtype:
 def prepare_parser(parser: argparse.ArgumentParser, device: str | None) -> ParamDtype:
     """On a CPU run: ``--ds.param_dtype`` also takes fp32, and its default is the CPU's choice (``resolve``).
 
-    device: "cpu" | "cuda", where the run's workers compute (``compat.cpu.decide()``), not what the
-    driver's torch sees: a driver on a GPU-less head node leaves a GPU run's flag as OpenRLHF has it.
-    Unchanged on a CUDA run. None: not known yet (a driver without CUDA joining the cluster at
-    ``RAY_ADDRESS``, which the CLI asks once the command line is validated): fp32 is taken and the
-    default left unset (None), for ``ParamDtype.settle`` to choose once the device is known.
-    A bad ``OPENRLHF_DPPO_CPU_PRECISION`` exits with status 2 and a one-line error.
-    Returns the flag as OpenRLHF declared it.
+    device: "cpu" | "cuda", where the run's workers compute (``compat.cpu.decide()``); a CUDA run's flag
+    is left as OpenRLHF has it. None: not known yet (the CLI asks the cluster at ``RAY_ADDRESS`` once
+    the command line is valid): fp32 is taken and the default left None, for ``ParamDtype.settle``.
+    A bad ``OPENRLHF_DPPO_CPU_PRECISION`` exits with status 2. Returns the flag as OpenRLHF declared it.
     """
     if device is not None and device not in DEVICES:
         raise ValueError(f"device={device!r}: expected one of {', '.join(DEVICES)} or None (not known yet)")
