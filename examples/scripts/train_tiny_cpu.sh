@@ -19,7 +19,7 @@
 #   SCHEDULE_STEPS [STEPS] the step count the LR schedule spans (--dppo.schedule_steps, >= STEPS): a run
 #                        stopped at STEPS follows the schedule of a SCHEDULE_STEPS-step run
 #   LR [1e-3, countdown 3e-4]  actor learning rate (no warm-up; constant unless LR_SCHEDULER; countdown's:
-#                        GRPO fell at 1e-3 and climbed at 3e-4, benchmarks/RESULTS.md "Second task: countdown")
+#                        GRPO fell at 1e-3 and climbed at 3e-4, benchmarks/ARCHIVE.md "Second task: countdown")
 #   LR_SCHEDULER [constant]  constant | cosine_with_min_lr: OpenRLHF's default schedule, a cosine from LR down
 #                        to LR / 10 over the run's own STEPS steps (or SCHEDULE_STEPS when given); no
 #                        warm-up either way
