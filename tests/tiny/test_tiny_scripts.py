@@ -213,7 +213,7 @@ def test_the_demo_asks_for_the_quick_look_pool():
 
 
 TASK_FLAGS = {  # what the TASK switch may change: the task's files, its lengths, lr, where the run goes
-    "--actor.adam.lr": ["3e-4"],  # countdown's default (ARCHIVE.md "Second task": GRPO fell at 1e-3, climbed at 3e-4)
+    "--actor.adam.lr": ["3e-4"],  # countdown: GRPO fell at 1e-3, climbed at 3e-4 (ARCHIVE.md)
     "--actor.model_name_or_path": [".cache/tiny-countdown/model"],
     "--data.prompt_dataset": [".cache/tiny-countdown/data/train.jsonl"],
     "--eval.dataset": [".cache/tiny-countdown/data/eval.jsonl"],
