@@ -188,7 +188,9 @@ def check_syncs(run: dict, expected: int) -> None:
             assert eng["mismatched"] == [] and eng["missing"] == [], rec
 
 
-def check_token_accounting(rows: list[dict]) -> None:
+def check_token_accounting(rows: list[dict], trains: bool = True) -> None:
+    """Every step's generated = trained + pruned + untrained; ``trains``: some step trained something (a
+    run of two steps can draw only groups of equal rewards, which train nothing, exactly)."""
     for r in rows:
         for unit in ("tokens", "samples"):  # nothing is filtered here
             parts = r[f"{unit}/trained"] + r[f"{unit}/pruned"] + r[f"{unit}/untrained"]
@@ -205,7 +207,8 @@ def check_token_accounting(rows: list[dict]) -> None:
             or r.get("dppo/completion_zero_prob_frac") == 1.0
             or r["samples/untrained"] == r["samples/generated"] - r["samples/pruned"]
         ), r
-    assert sum(r["samples/trained"] for r in rows) >= 1, "no step trained anything"
+    if trains:
+        assert sum(r["samples/trained"] for r in rows) >= 1, "no step trained anything"
 
 
 def test_grpo_two_steps(grpo_run):
@@ -264,7 +267,9 @@ def test_resume_from_step2_checkpoint(dppo_run, resumed_run):
     assert resumed[0]["dppo/prompt_unseen_frac"] < 1.0, "history was not restored"
     # the resume broadcasts the checkpoint weights to vLLM first, then one sync per step
     check_syncs(resumed_run, expected=3)
-    check_token_accounting(resumed)
+    # vLLM samples the resumed steps afresh (its engines are seeded at start-up, not per request): their
+    # groups may all have equal rewards, which the exact A == 0 drop trains nothing of
+    check_token_accounting(resumed, trains=False)
 
 
 def test_a_broken_weight_sync_is_caught(tiny, tmp_path_factory):
