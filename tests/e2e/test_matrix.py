@@ -55,8 +55,7 @@ from test_tiny_pipeline import (  # noqa: E402
     train_rows,
 )
 
-from openrlhf_dppo.core import ZERO_SHARE_CAP  # noqa: E402
-from openrlhf_dppo.core import REQUIRED_KEYS  # noqa: E402
+from openrlhf_dppo.core import REQUIRED_KEYS, ZERO_SHARE_CAP  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 __all__ = ["tiny"]  # the module fixture that builds the tiny assets
