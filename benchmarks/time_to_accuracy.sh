@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Time to held-out accuracy, several seeds per arm, on an embedded tiny task (TASK: addition, the default,
-# or countdown; issue 15; METHOD.md "Measuring the promise"). The arms, each run through examples/scripts/train_tiny_cpu.sh, which keeps
+# or countdown; docs/REPORT.md). The arms, each run through examples/scripts/train_tiny_cpu.sh, which keeps
 # every setting equal across arms but the algorithm flags (same packing, eval schedule, seed):
 #   grpo     GRPO (--dppo.enable false), the baseline
 #   zero-share  DPPO at its defaults: the prompt prune rate follows the measured share of groups without
@@ -15,7 +15,7 @@
 #            comparable: it differs in its batch by design)
 #   X-async  arm X under OpenRLHF's asynchronous trainer (--train.async_enable: the next batch is generated
 #            while the last one trains), e.g. grpo-async, zero-share-async (its -budget control is async GRPO)
-# The equal-cost controls (METHOD.md "Measuring the promise"), for any DPPO arm X above:
+# The equal-cost controls (docs/REPORT.md), for any DPPO arm X above:
 #   X-uniform  X's flags plus --dppo.prompt_policy uniform (q = 1 - r for every prompt under the same rate
 #            control): an arm that differs from X in the selection alone
 #   X-budget   GRPO with X's budget: --rollout.batch_size (PROMPTS) = the round of the mean rolled-out

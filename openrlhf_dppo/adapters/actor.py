@@ -10,8 +10,8 @@ OpenRLHF's steps. Seams (each overrides one method and calls the parent):
   ``--dppo.short_batch train`` a GRPO batch for which the parent makes no step becomes one
   (``_add_short_step``), as DPPO's plan then makes one.
 - ``DPPOActorTrainer.training_step``: the KL-in-loss and entropy terms do not contain the advantage, so
-  the weights folded into A do not reach them (METHOD.md condition 4). OpenRLHF reduces both with the
-  module-global ``aggregate_loss`` of ``openrlhf.trainer.ray.ppo_actor`` (``PolicyLoss`` uses its own
+  the weights folded into A do not reach them (docs/METHOD.md, "The estimator": KL and entropy are
+  weighted separately). OpenRLHF reduces both with the module-global ``aggregate_loss`` of ``openrlhf.trainer.ray.ppo_actor`` (``PolicyLoss`` uses its own
   module's copy, untouched); for the duration of one ``training_step`` that global is replaced by one
   that multiplies each sequence's per-token term by its weight w_j * v_ji. It also counts what the
   micro-batch trains (``micro_batch_counts``: sequences and action tokens with a non-zero weight) and the

@@ -20,8 +20,8 @@ Where DPPO's parts live (``adapters.install`` puts ``TrainerFactory(DPPOTrainerA
 | metrics, accounting, run directory, status   | ``DPPOTrainingActor``          | ``adapters.trainer.DPPOSteps`` |
 | DPPO state in checkpoints                    | generator's snapshot, in each batch's client states; restored into the generator | the trainer's |
 
-Unbiased as in sync mode (METHOD.md "Level 1"): q of a prompt is fixed in the generator before its
-rollout, from the history of the batches generated so far (0.11.2 computes rewards in the generator), so
+Unbiased as in sync mode (docs/METHOD.md, "Prompt keep probabilities"): q of a prompt is fixed in
+the generator before its rollout, from the history of the batches generated so far (0.11.2 computes rewards in the generator), so
 E[sum_kept g_j / q_j | past] = sum_j g_j for whatever policy generated g_j: async DPPO estimates the gradient
 async GRPO takes on the same batch, with the same off-policy lag (up to ``--train.async_queue_size`` steps).
 

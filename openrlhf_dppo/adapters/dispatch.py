@@ -11,8 +11,8 @@ plan's per-rank batches to OpenRLHF in place of ``balance_experiences``; the act
 2. Each step is packed by ``core.pack`` under the per-GPU token budget; every rank gets the same number of
    micro-batches (DeepSpeed reduces gradients collectively on every backward). A sequence longer than the
    budget is a micro-batch of its own, as in OpenRLHF's dynamic batch.
-3. Each step's loss normalisers are the FULL batch's (METHOD.md condition 1) divided by the number of
-   steps: ``batch_num_tokens = Z_tok / num_steps``, ``global_batch_size = Z_seq / num_steps``. OpenRLHF's
+3. Each step's loss normalisers are the FULL batch's (docs/METHOD.md, "When it is unbiased",
+   condition 3) divided by the number of steps: ``batch_num_tokens = Z_tok / num_steps``, ``global_batch_size = Z_seq / num_steps``. OpenRLHF's
    ``aggregate_loss`` multiplies by ``dp_size`` and DeepSpeed averages over ranks, so each step's gradient
    is the sum over its items of w v grad l / (Z / num_steps).
 4. The plan travels inside ``Experience.info`` under the private ``PLAN_*`` keys; ``read_plan`` pops them

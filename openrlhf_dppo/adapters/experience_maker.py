@@ -1,4 +1,5 @@
-"""The experience makers: completion pruning (METHOD.md "Level 2") for DPPO, OpenRLHF's maker for GRPO.
+"""The experience makers: completion pruning (docs/METHOD.md, "Completion pruning") for DPPO,
+OpenRLHF's maker for GRPO.
 
 Seam: ``RemoteExperienceMaker.make_experience_batch(rollouts)``; OpenRLHF hands it the generator's
 ``Rollouts`` unchanged, the step's ``StepContext`` on ``rollouts.ctx`` (``adapters.step``).
@@ -189,7 +190,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
 
     # ---- 5-6: advantages, normalisers ------------------------------------------------------------
     def _normalizers(self, ctx: StepContext, tokens: list[int], q: torch.Tensor) -> tuple[float, float]:
-        """(Z_tok, Z_seq) of the full batch (METHOD.md condition 1)."""
+        """(Z_tok, Z_seq) of the full batch (docs/METHOD.md, "When it is unbiased", condition 3)."""
         args, G = self.args, self.args.rollout.n_samples_per_prompt
         prompt_tokens = torch.tensor(tokens, dtype=torch.float64).reshape(-1, G).sum(-1)
         w = 1.0 / q

@@ -1,5 +1,5 @@
-"""The step's rollouts: prompt pruning (METHOD.md "Level 1") before vLLM sees the prompts, and what the
-step's accounting needs from generation. Both arms; with ``--dppo.enable false`` it only observes.
+"""The step's rollouts: prompt pruning (docs/METHOD.md, "Prompt keep probabilities") before vLLM sees
+the prompts, and what the step's accounting needs from generation. Both arms; with ``--dppo.enable false`` it only observes.
 
 Seams (``SamplesGenerator``):
 - ``generate_samples()``: OpenRLHF's loop calls it once per step. It makes the step's ``StepContext``

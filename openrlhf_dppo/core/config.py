@@ -46,7 +46,7 @@ def field_choices(field: dataclasses.Field) -> list[str] | None:
 
 @dataclass(frozen=True)
 class DPPOConfig:
-    """DPPO settings (METHOD.md). Rates are pruning rates: the keep fraction is 1 - rate. The meaning
+    """DPPO settings (docs/METHOD.md). Rates are pruning rates: the keep fraction is 1 - rate. The meaning
     of each field is its ``help`` metadata (``python -m openrlhf_dppo.cli.flags_table`` prints them)."""
 
     enable: bool = option(

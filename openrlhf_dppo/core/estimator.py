@@ -1,4 +1,4 @@
-"""The estimator's terms (METHOD.md, "Notation" and "The unbiased estimator"): group advantages on the
+"""The estimator's terms (docs/METHOD.md, "Notation" and "The estimator"): group advantages on the
 full group, the importance weights, the full-batch normalisers, and the step's reward statistics.
 
 Group advantages (``group_advantages``), for rewards of shape (n_groups, G):
@@ -251,7 +251,7 @@ def keep_metrics(
 
 
 def reward_stats(rewards: torch.Tensor, q: torch.Tensor | None = None, num_drawn: int | None = None) -> dict:
-    """Training-reward statistics of one step (METHOD.md, "Measuring the promise").
+    """Training-reward statistics of one step (docs/METHOD.md, "The logged training reward").
 
     rewards: (n, G) RAW rewards (the reward function's, before any length penalty) of the n rolled-out
       prompts' groups, G completions each.

@@ -1,5 +1,5 @@
-"""The prompt level's state across steps (METHOD.md, "Level 1"): the per-prompt history the draw scores
-prompts from (``PromptHistory``), and the prune rate of each draw (``PromptRateControl``).
+"""The prompt level's state across steps (docs/METHOD.md, "The prompt history"): the per-prompt
+history the draw scores prompts from (``PromptHistory``), and the prune rate of each draw (``PromptRateControl``).
 
 A ``PromptHistory`` holds, for every dataset index seen (arrays grown on demand, 20 bytes per prompt):
 
@@ -15,7 +15,7 @@ the mean of the discounted Beta posterior under a Beta(PRIOR, PRIOR) prior,
 p_hat = (succ + PRIOR) / (n + 2 * PRIOR), never exactly 0 or 1. The decay applies per rollout of the
 prompt, not per training step (a prompt is usually seen once per epoch).
 
-The score (METHOD.md):
+The score (docs/METHOD.md, "The prompt history"):
 - binary rewards (every reward seen so far is exactly 0 or 1): s = 1 - p_hat^G - (1 - p_hat)^G, the
   probability that G samples are not all equal;
 - otherwise: s = sqrt(var), the estimated reward std;

@@ -1,4 +1,5 @@
-"""Keep probabilities for the two pruning levels (METHOD.md, "Level 1" and "Level 2").
+"""Keep probabilities for the two pruning levels (docs/METHOD.md, "Prompt keep probabilities" and
+"Completion pruning").
 
 Both levels spend a budget K = keep_frac * N of expected kept items through one exact solve
 (``solve_clipped_scale``): find c with sum_i clip(c * s_i, lo_i, 1) = K and return

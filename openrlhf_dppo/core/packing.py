@@ -1,4 +1,4 @@
-"""Dense Prompt Packing (METHOD.md, "Dense Prompt Packing"): pack kept sequences into micro-batches of
+"""Dense Prompt Packing (docs/METHOD.md, "Dense Prompt Packing"): pack kept sequences into micro-batches of
 at most ``capacity`` tokens and spread them over data-parallel ranks.
 
 The packer (``window_best_fit``, the paper's window-based greedy): sequences sorted by length, longest
@@ -23,9 +23,9 @@ cardinality limit). Every rank gets exactly k micro-batches. Zero sequences give
 
 A sequence longer than ``capacity`` goes into a micro-batch of its own, never split or truncated
 (``pack``, before the packer runs; ``fitting_bins``): as OpenRLHF's dynamic batch does, whose first fit
-opens a micro-batch for it that nothing else enters. This departs from METHOD.md ("A sequence longer
-than C is an error"): a run whose ``--data.max_len`` exceeds the capacity trains as OpenRLHF trains it
-(``cli.validate`` says so at start), with that one micro-batch over the budget.
+opens a micro-batch for it that nothing else enters. Where this departs from the paper: docs/METHOD.md,
+"Departures from the paper", 8. A run whose ``--data.max_len`` exceeds the capacity trains as OpenRLHF
+trains it (``cli.validate`` says so at start), with that one micro-batch over the budget.
 
 Metrics: ``dppo/pack_density`` = tokens / the micro-batches' slots (``capacity`` each, a longer
 sequence's own length for its micro-batch); ``dppo/pack_micro_batches`` = k (per rank);

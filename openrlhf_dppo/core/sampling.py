@@ -1,4 +1,4 @@
-"""The draws: a keep mask with given inclusion probabilities (METHOD.md, "The unbiased estimator" and the
+"""The draws: a keep mask with given inclusion probabilities (docs/METHOD.md, "The estimator" and the
 remark on fixed-size designs), and one call per pruning level for the adapters.
 
 ``prune_prompts``      before rollout: q from the history's scores (``PromptHistory.signals``) under a
