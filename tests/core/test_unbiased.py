@@ -275,3 +275,31 @@ def test_rloo_is_unbiased_under_pruning():
     res = simulate(Toy(estimator="rloo"), R, "both", 0.5, multiple_of=2, seed=_seed("rloo", "systematic"))
     assert res.z.abs().max() < 4.0, f"bias detected: z = {res.z.tolist()}"
     assert res.z_kept_count.abs().max() > 4.0, f"kept-count normaliser not detected: {res.z_kept_count}"
+
+
+# ---- the biased peer: CPPO's rule (--dppo.method cppo) --------------------------------------------------
+
+
+def _cppo_vs_full(toy: Toy, R: int, rate: float, seed: int) -> torch.Tensor:
+    """(R, K) g_cppo - g on the same rollouts: CPPO keeps the top |A| of each full group at weight 1 with
+    the full group's advantages, and averages over the kept (normaliser: the kept count)."""
+    from openrlhf_dppo.core.cppo import cppo_keep_mask
+
+    gen = torch.Generator().manual_seed(seed)
+    adv, grads = toy.rollouts(R, gen)
+    full = grads.sum(dim=(1, 2)) / (toy.B * toy.G)
+    mask = cppo_keep_mask(adv.reshape(R * toy.B, toy.G), rate).reshape(R, toy.B, toy.G)
+    kept = mask.double()
+    cppo = (kept[..., None] * grads).sum(dim=(1, 2)) / kept.sum(dim=(1, 2))[:, None]
+    return cppo - full
+
+
+def test_cppo_rule_is_biased_a_negative_control(toy):
+    """CPPO is biased by design (no reweighting): on the toy of the unbiasedness tests its mean gradient is
+    many standard errors from GRPO's full-batch gradient. At rate 0 it keeps every completion and equals
+    GRPO exactly, so the test compares like with like and can fail."""
+    exact = _cppo_vs_full(toy, 200, 0.0, _seed("cppo", 0.0))
+    assert exact.abs().max() < 1e-12
+    d = _cppo_vs_full(toy, 4000, 0.5, _seed("cppo", 0.5))
+    z = d.mean(0) / (d.std(dim=0) / len(d) ** 0.5)
+    assert z.abs().max() > 6.0, f"CPPO's bias not detected: z = {z.tolist()}"
