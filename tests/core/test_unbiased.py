@@ -303,3 +303,64 @@ def test_cppo_rule_is_biased_a_negative_control(toy):
     d = _cppo_vs_full(toy, 4000, 0.5, _seed("cppo", 0.5))
     z = d.mean(0) / (d.std(dim=0) / len(d) ** 0.5)
     assert z.abs().max() > 6.0, f"CPPO's bias not detected: z = {z.tolist()}"
+
+
+# ---- the biased peer: GRESO's skip (--dppo.method greso) --------------------------------------------------
+
+
+def _greso_vs_full(toy: Toy, R: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GRESO's pre-rollout skip on the toy. The prompts' earlier groups (scripted): prompt 2 (success rate
+    0.83 on the default toy, its group all solved about half the time) was solved by its last 2 groups,
+    prompt 4 (0.06) and prompt 3 (0.08) failed by their last 3 and 1; the others were mixed. Their streaks
+    (``GresoStreaks``) give keep probabilities at p = 0.5 (``greso_keep_probs``): 0.25, 0.125, 0.5, 1 for
+    the rest. Each replicate skips every prompt independently with probability 1 - keep. Returns the keep
+    probabilities and, per replicate (R, K), g_greso - g (kept groups at weight 1, as GRESO trains them)
+    and g_ht - g (the same draw, weights 1 / keep as DPPO's q), both over the full batch's B G."""
+    from openrlhf_dppo.core.greso import GresoController, GresoStreaks, greso_keep_probs
+
+    solved, failed, mixed = [1.0] * toy.G, [0.0] * toy.G, [1.0] + [0.0] * (toy.G - 1)
+    past = [  # (rows of (prompt, group rewards)) per earlier step, oldest first
+        [(0, mixed), (1, mixed), (2, mixed), (3, mixed), (4, failed), (5, mixed)],
+        [(0, mixed), (1, mixed), (2, solved), (3, mixed), (4, failed), (5, mixed)],
+        [(0, mixed), (1, mixed), (2, solved), (3, failed), (4, failed), (5, mixed)],
+    ]
+    streaks = GresoStreaks(toy.B)
+    for rows in past:
+        streaks.update(torch.tensor([j for j, _ in rows]), torch.tensor([r for _, r in rows]))
+    ctl = GresoController()
+    keep = greso_keep_probs(*streaks.streaks(torch.arange(toy.B)), ctl.p_easy, ctl.p_hard)
+    gen = torch.Generator().manual_seed(seed)
+    _, grads = toy.rollouts(R, gen)
+    per_prompt = grads.sum(dim=2)  # (R, B, K)
+    full = per_prompt.sum(dim=1) / (toy.B * toy.G)
+    mask = torch.rand(R, toy.B, generator=gen, dtype=torch.float64) < keep
+    greso = (mask.double()[..., None] * per_prompt).sum(dim=1) / (toy.B * toy.G)
+    ht = (torch.where(mask, 1.0 / keep, 0.0)[..., None] * per_prompt).sum(dim=1) / (toy.B * toy.G)
+    return keep, greso - full, ht - full
+
+
+def test_greso_skip_is_biased_and_the_same_keep_probs_reweighted_are_not(toy):
+    """GRESO is biased by design (no reweighting): skipping prompts on their all-solved / all-failed
+    streaks also skips the groups of those prompts that would have been mixed and carried gradient, so the
+    mean update is many standard errors from GRPO's full-batch gradient. The same keep probabilities used
+    as DPPO's q, with weights 1 / q, are unbiased: the bias is the missing correction, not the draw."""
+    keep, greso, ht = _greso_vs_full(toy, 20000, _seed("greso"))
+    assert keep.tolist() == [1.0, 1.0, 0.25, 0.5, 0.125, 1.0]
+
+    def z(d):
+        return d.mean(0) / (d.std(dim=0) / len(d) ** 0.5)
+
+    assert z(greso).abs().max() > 6.0, f"GRESO's bias not detected: z = {z(greso).tolist()}"
+    assert z(ht).abs().max() < 4.0, f"bias detected in the reweighted skip: z = {z(ht).tolist()}"
+
+
+def test_greso_skip_of_prompts_without_gradient_loses_nothing():
+    """The control of the test above, where it must see no bias: GRESO's premise holds when the skipped
+    prompts' groups are ALWAYS all-equal (a policy certain of the answer: no gradient). Then the skip
+    changes nothing, exactly, so the bias above comes from the gradient the skipped prompts do carry."""
+    toy = Toy()
+    for j in (2, 3, 4):  # the prompts with streaks answer correctly (2) or wrongly (3, 4), always
+        answer = int(toy.correct[j]) if j == 2 else (int(toy.correct[j]) + 1) % toy.K
+        toy.pi[j] = torch.nn.functional.one_hot(torch.tensor(answer), toy.K).double()
+    _, greso, ht = _greso_vs_full(toy, 500, _seed("greso", "certain"))
+    assert greso.abs().max() < 1e-12 and ht.abs().max() < 1e-12
