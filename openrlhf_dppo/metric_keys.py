@@ -88,6 +88,14 @@ PACK_EMPTY_MICRO_BATCHES = "dppo/pack_empty_micro_batches"
 PACK_SEQUENCES = "dppo/pack_sequences"
 OPTIMIZER_STEPS = "dppo/optimizer_steps"
 
+# ---- GRESO (--dppo.method greso; core/greso.py) -------------------------------------------------------
+# p_easy, p_hard: the step's skip parameters (before the step's own update); the shares: of the step's
+# rolled-out groups (dynamic filtering's dropped ones included), all-equal at the top / at the bottom;
+# adapted: 1.0 when the step moved p_easy, p_hard (from the second pass over the prompts on)
+GRESO_P_EASY, GRESO_P_HARD = "greso/p_easy", "greso/p_hard"
+GRESO_EASY_SHARE, GRESO_HARD_SHARE = "greso/easy_share", "greso/hard_share"
+GRESO_ADAPTED = "greso/adapted"
+
 #: the keys the run directory's ``metrics.jsonl`` must carry for a DPPO run (docs/DESIGN.md)
 REQUIRED_KEYS = (
     PROMPT_KEEP_FRAC,
