@@ -1,41 +1,14 @@
 """Experiment recipes: YAML files expanded into the command line of a training entry point.
 
-Each experiment is written once, as a YAML recipe; the shell scripts (examples/scripts/train_*_qwen3.sh),
-the Slurm launcher and ``--config`` all expand it with this module, so they cannot drift. A variant of a
-recipe (the GRPO baseline of a DPPO run) names it as its ``base`` and overrides what differs.
+Each experiment is written once, as a YAML recipe; the shell scripts, the Slurm launcher and ``--config``
+all expand it with this module, so they cannot drift. The file format (``base``, ``entry``, ``vars``,
+``args``; ``${NAME}``, ``${NAME:-default}``, ``$((a * b))`` over the declared vars and ``REPO_ROOT``
+only) is docs/SLURM.md's, "Your own flags: a recipe".
 
-API:
-- ``load_config(path, environ=None) -> list[str]``: the flags of the recipe, e.g.
-  ``["--actor.model_name_or_path", "Qwen/Qwen3-4B-Base", ..., "--dppo.enable", "true"]``.
+- ``load_config(path, environ=None) -> list[str]``: the recipe's flags.
 - ``load_command(path, environ=None) -> list[str]``: ``[python, "-m", entry, *flags]``.
-- ``expand_argv(argv, environ=None) -> list[str]``: replaces every ``--config PATH`` in ``argv`` by the
-  flags of PATH; flags after it still win (argparse keeps the last value).
+- ``expand_argv(argv, environ=None)``: replaces every ``--config PATH`` by PATH's flags (later flags win).
 - ``python -m openrlhf_dppo.recipe RECIPE.yaml [--dry-run] [more flags]`` runs (or prints) the command.
-
-File format::
-
-    base: other.yaml                          # optional: start from this recipe (path relative to this file)
-    entry: openrlhf_dppo.cli.train_dppo_ray   # module run with `python -m` (this is the default)
-    vars:                                     # ${NAME} in any value; the environment variable NAME wins
-      NNODES: 1
-      GPUS_PER_NODE: 8
-      VLLM_ENGINES: $((NNODES * GPUS_PER_NODE))
-      OUTPUT_DIR: ${REPO_ROOT}/runs/x         # REPO_ROOT: the checkout holding openrlhf_dppo/
-    args:                                     # flag name without "--"; nested mappings join with "."
-      actor:
-        model_name_or_path: ${MODEL}
-        gradient_checkpointing_enable: true   # true: a bare switch; false / null: left out
-      dppo.enable: "true"                     # a string: "--dppo.enable true"
-      eval.dataset: [a.jsonl, b.jsonl]        # a list: one value per item ("--x a b"); for commas write a string
-
-With ``base``, the base's vars and flags come first, in the base's order; a var or flag the file sets
-again takes the new value in place (``dppo: {enable: "false"}`` and ``dppo.enable: "false"`` name the same
-flag), new ones are appended, and ``entry`` is inherited unless set.
-
-Substitution: ``${NAME}`` and ``${NAME:-default}`` (bash's syntax) and ``$((a * b + c))`` integer
-arithmetic over names, resolved in the order the vars are written. Only the names declared under
-``vars`` (and ``REPO_ROOT``) are visible -- other environment variables never leak into a recipe --
-and an empty value counts as unset for ``:-``. An unknown name without a default is an error.
 """
 
 import ast
@@ -152,7 +125,7 @@ def resolve_vars(path: str, environ=None) -> dict:
 
 
 def load_config(path: str, environ=None) -> list[str]:
-    """The flags of the recipe at ``path`` (see the module docstring for the format)."""
+    """The flags of the recipe at ``path`` (format: docs/SLURM.md, "Your own flags: a recipe")."""
     recipe = _read(path)
     scope = _scope(recipe, environ)
     argv = []

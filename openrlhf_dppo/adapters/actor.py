@@ -1,30 +1,13 @@
-"""Actor side (the DeepSpeed ranks, Ray workers): replay buffer, actor trainer, policy actor.
+"""Actor side (the DeepSpeed ranks, Ray workers): replay buffer, actor trainer, policy actor, both arms.
 
-The same classes run both arms (``adapters.install``); with ``--dppo.enable false`` they count and run
-OpenRLHF's steps. Seams (each overrides one method and calls the parent):
-- ``DPPOReplayBuffer.setup_dynamic_batch``: follows the controller's dispatch plan (``adapters.dispatch``:
-  packed micro-batches, equal count on every rank, FULL-batch loss normalisers) instead of re-partitioning
-  the kept items and normalising by their count. Items without a plan (GRPO) take the parent's path:
-  whole train batches only. What no micro-batch trains (the rest after them, an epoch's short last batch
-  smaller than one train batch, a DPPO draw that makes no step) is counted (``untrained_counts``). Under
-  ``--dppo.short_batch train`` a GRPO batch for which the parent makes no step becomes one
-  (``_add_short_step``), as DPPO's plan then makes one.
-- ``DPPOActorTrainer.training_step``: the KL-in-loss and entropy terms do not contain the advantage, so
-  the weights folded into A do not reach them (docs/METHOD.md, "The estimator": KL and entropy are
-  weighted separately). OpenRLHF reduces both with the module-global ``aggregate_loss`` of ``openrlhf.trainer.ray.ppo_actor`` (``PolicyLoss`` uses its own
-  module's copy, untouched); for the duration of one ``training_step`` that global is replaced by one
-  that multiplies each sequence's per-token term by its weight w_j * v_ji. It also counts what the
-  micro-batch trains (``micro_batch_counts``: sequences and action tokens with a non-zero weight) and the
-  zero-weight fillers it only forwards.
-- ``DPPOActorTrainer.ppo_train``: adds those counts, summed over the data-parallel ranks and per PPO
-  epoch, to the status as ``samples|tokens/trained`` and ``samples|tokens/fillers``, and the buffer's
-  ``samples|tokens/untrained`` (the trainer checks generated = trained + pruned + filtered + untrained).
-  Every count is made on the micro-batch's own device (CUDA on a GPU rank) and reduced on the CPU. Without dynamic batching (GRPO only) a rank's
-  rollouts that are not whole micro-batches are refused by name first: the host's loader would drop them.
-- ``DPPOPolicyModelActor.init_model_from_pretrained``: ``PolicyModelActor`` constructs
-  ``ActorPPOTrainer`` by its module-global name; the subclass points that name at ``DPPOActorTrainer``
-  for the duration of the parent call (which also builds the replay buffer, replaced right after; a
-  ``@ray.remote`` class is subclassed through ``step.unwrap_actor_class`` / ``step.remote_like``).
+- ``DPPOReplayBuffer.setup_dynamic_batch``: follows the controller's plan (``adapters.dispatch``); items
+  without a plan (GRPO) take the parent's path; what no micro-batch trains is counted
+  (``untrained_counts``); ``--dppo.short_batch train`` makes GRPO's short batch a step (``_add_short_step``).
+- ``DPPOActorTrainer.training_step``: weights the KL-in-loss and entropy terms per sequence (the
+  module-global ``aggregate_loss`` replaced for one call) and counts what the micro-batch trains.
+- ``DPPOActorTrainer.ppo_train``: adds the counts, summed over ranks, to the status as
+  ``samples|tokens/trained|fillers|untrained``.
+- ``DPPOPolicyModelActor.init_model_from_pretrained``: constructs ``DPPOActorTrainer`` in place of the host's.
 """
 
 from __future__ import annotations

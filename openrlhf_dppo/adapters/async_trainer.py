@@ -1,38 +1,13 @@
 """OpenRLHF's asynchronous trainer (``--train.async_enable``) with the DPPO parts, in both arms.
 
-OpenRLHF 0.11.2 (``openrlhf/trainer/ppo_trainer_async.py``): a controller actor ``PPOTrainerAsync`` builds
-a ``GenerateSamplesActor`` (its own prompt dataloader and ``SamplesGenerator``) and a ``TrainingActor``
-(the experience maker and the PPO step); batches go forward through a ray ``Queue`` of at most
-``--train.async_queue_size`` (rollouts, client states, filter pass rate, generation time), and a queue
-of slot tokens goes back, each carrying the trainer's step when it took a batch (the generator evaluates
-on it). A ``VLLMLock`` keeps weight broadcast and generation (or evaluation, under
-``--train.partial_rollout_enable``, which pauses the engines for the broadcast instead) apart.
-
-Where DPPO's parts live (``adapters.install`` puts ``TrainerFactory(DPPOTrainerAsync, ...)`` at
-``ppo_trainer_async.PPOTrainerAsync``, which ``train()`` imports when it runs):
-
-| part                                         | actor                          | as in sync mode                |
-|----------------------------------------------|--------------------------------|--------------------------------|
-| prompt draw, q, rate control, step limit     | ``DPPOGenerateSamplesActor``   | ``DPPOSamplesGenerator``       |
-| prompt history update (every rolled-out group) | ``DPPOGenerateSamplesActor``, right after the rollouts | the experience maker's, same rewards |
-| the rate control's all-equal share           | ``DPPOGenerateSamplesActor``   | the trainer's ``rollout/*``     |
-| completion pruning, weights, packing, plan   | ``DPPOTrainingActor``'s maker  | ``DPPOExperienceMaker``        |
-| metrics, accounting, run directory, status   | ``DPPOTrainingActor``          | ``adapters.trainer.DPPOSteps`` |
-| DPPO state in checkpoints                    | generator's snapshot, in each batch's client states; restored into the generator | the trainer's |
-
-Unbiased as in sync mode (docs/METHOD.md, "Prompt keep probabilities"): q of a prompt is fixed in
-the generator before its rollout, from the history of the batches generated so far (0.11.2 computes rewards in the generator), so
-E[sum_kept g_j / q_j | past] = sum_j g_j for whatever policy generated g_j: async DPPO estimates the gradient
-async GRPO takes on the same batch, with the same off-policy lag (up to ``--train.async_queue_size`` steps).
-
-Each step's ``StepContext`` travels in its batch, so the trainer checks generated = trained + pruned +
-filtered + untrained for every step. The generator stops after ``--dppo.max_steps`` batches; what OpenRLHF's
-buffer still holds then (GRPO with ``--rollout.vllm_generate_batch_size`` above ``--rollout.batch_size``) is
-counted as generated and untrained in the last step, and ``timing/generation`` is the time of the rollouts a
-step trains (``BufferClock``). A resume generates the batches after the last checkpoint again (from its
-dataloader and DPPO state); a checkpoint after a batch that ran the prompt data out names the next episode.
-The last step's evaluation: the trainer answers the generator's "done" with its final step on a queue of its
-own, and the generator evaluates there when ``--eval.steps`` says so.
+OpenRLHF 0.11.2's ``PPOTrainerAsync`` controller builds a ``GenerateSamplesActor`` and a ``TrainingActor``
+joined by a ray ``Queue``; ``adapters.install`` puts ``TrainerFactory(DPPOTrainerAsync, ...)`` at
+``ppo_trainer_async.PPOTrainerAsync``. ``DPPOGenerateSamplesActor`` holds the prompt draw, the history's
+update, the rate control and the step limit, and snapshots the DPPO state into each batch's client states;
+``DPPOTrainingActor`` runs the sync trainer's step (``DPPOSteps``: completion pruning, metrics, the
+accounting check, the run directory). Each ``StepContext`` travels in its batch. Unbiased as in sync mode:
+q is fixed in the generator before the rollout (docs/METHOD.md, "Departures from the paper", 14).
+What the buffer still holds when the generator stops is counted untrained in the last step (``BufferClock``).
 """
 
 from __future__ import annotations
@@ -129,7 +104,7 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
         rate control) and the steps handed out, as they were right after the checkpointed step's batch."""
         if states.get("data_loader_state_dict"):
             self.prompts_dataloader.load_state_dict(states["data_loader_state_dict"])
-        if self.dppo.enable and DPPO_STATE in states:
+        if self.dppo.method == "dppo" and DPPO_STATE in states:
             self.samples_generator.load_dppo_state(states[DPPO_STATE])
         self.samples_generator.steps = int(states.get("global_step", 0))
 
@@ -215,7 +190,7 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
                 total_consumed_prompts += consumed
                 if rollouts:
                     rollouts.ctx.responses = []  # used by the generator only: not sent
-                    if self.dppo.enable:
+                    if self.dppo.method == "dppo":
                         self._learn(rollouts)
                     # a batch that ran the prompt data out ends its epoch: a resume from its checkpoint starts
                     # the next (the dataloader's state restarts the data, which under this epoch's number
@@ -225,7 +200,7 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
                         "total_consumed_prompts": total_consumed_prompts,
                         "data_loader_state_dict": self.prompts_dataloader.state_dict(),
                     }
-                    if self.dppo.enable:
+                    if self.dppo.method == "dppo":
                         states[DPPO_STATE] = self.samples_generator.dppo_state_dict()
                     self.rollout_queue.put((rollouts, states, pass_rate, seconds, unserved), block=True)
                 else:
@@ -290,7 +265,8 @@ class _DPPOTrainingActor(DPPOSteps, _TrainingBase):
 
     def _fit(self, global_step: int) -> None:
         """OpenRLHF's training loop (a batch from the queue, its slot token back, one step), with the run
-        directory's metrics and evaluations, and the closing handshake (see the module docstring)."""
+        directory's metrics and evaluations, and the closing handshake: the generator's "done" is answered
+        with the final step on a queue of its own, where the generator evaluates if ``--eval.steps`` says so."""
         started, closing = time.time(), False
         latest: dict = {}  # the client states of the last step trained (a best checkpoint saves them)
         while True:

@@ -1,26 +1,11 @@
 """From the kept experiences of one rollout batch to per-rank packed micro-batches, and back; and the
 experience-side forward batches.
 
-The controller plans (``build_dispatch``, called by the experience maker); ``planned_balance`` hands the
-plan's per-rank batches to OpenRLHF in place of ``balance_experiences``; the actor ranks follow it
-(``read_plan``, called by their replay buffer):
-
-1. The kept items are cut, in order, into ``num_steps`` optimizer steps (``step.num_optimizer_steps``:
-   GRPO's for the batch), reduced only when fewer than ``dp_size`` items per step are left. Pruning makes
-   the steps cheaper; it does not remove steps, and a small kept set still trains.
-2. Each step is packed by ``core.pack`` under the per-GPU token budget; every rank gets the same number of
-   micro-batches (DeepSpeed reduces gradients collectively on every backward). A sequence longer than the
-   budget is a micro-batch of its own, as in OpenRLHF's dynamic batch.
-3. Each step's loss normalisers are the FULL batch's (docs/METHOD.md, "When it is unbiased",
-   condition 3) divided by the number of steps: ``batch_num_tokens = Z_tok / num_steps``, ``global_batch_size = Z_seq / num_steps``. OpenRLHF's
-   ``aggregate_loss`` multiplies by ``dp_size`` and DeepSpeed averages over ranks, so each step's gradient
-   is the sum over its items of w v grad l / (Z / num_steps).
-4. The plan travels inside ``Experience.info`` under the private ``PLAN_*`` keys; ``read_plan`` pops them
-   before training, so they are never logged.
-
-An empty micro-batch (possible only when a step has fewer items than micro-batches) is filled with a copy
-of the step's shortest item whose advantages and weight are zero: it runs the collective forward/backward
-and adds nothing to the gradient or the normalisers.
+The controller plans (``build_dispatch``): the kept items are cut into GRPO's ``num_steps`` optimizer
+steps, each packed by ``core.pack`` with the same micro-batch count on every rank (an empty one gets a
+zero-weight copy), under the FULL batch's normalisers divided by ``num_steps`` (docs/METHOD.md, "When it
+is unbiased", condition 3). ``planned_balance`` replaces ``balance_experiences``; the plan travels in
+``Experience.info`` under the private ``PLAN_*`` keys, which ``read_plan`` pops on the ranks.
 """
 
 from __future__ import annotations

@@ -1,30 +1,13 @@
 """`python -m openrlhf_dppo.cli.train_dppo_ray <OpenRLHF flags> --dppo.*`: DPPO on OpenRLHF's Ray pipeline.
 
-A user's GRPO command becomes DPPO by swapping the module name and adding ``--dppo.*`` flags.
-OpenRLHF 0.11.2 builds its parser and validates its arguments inside the ``if __name__ ==
-"__main__":`` block of ``openrlhf/cli/train_ppo_ray.py``. To run THAT parser and THAT validation (not
-a copy), this module reads the script's source and runs its main block alone (the module's own
-imports, Ray among them, are not run: ``ast`` checks that the block needs nothing from the module but
-standard-library imports), with two statements replaced -- each must read exactly as below:
-
-1. ``args = parser.parse_args()``  ->  ``args = __dppo_parse_args__(parser)``: adds the generated
-   ``DPPO`` argument group (``openrlhf_dppo.cli.flags``; ``--help`` lists it), parses, and
-   validates DPPO's flags, its requirements and the input files (``openrlhf_dppo.cli.validate``) BEFORE
-   OpenRLHF's validation; then, with DPPO on, turns on ``--train.dynamic_batch_enable`` (DPPO trains
-   through the packing path; OpenRLHF's validation then sets ``--ds.packing_samples`` and the rollout
-   token budget);
-2. the final ``train(args)``  ->  ``__dppo_train__(args)``: where the driver alone cannot tell where the
-   workers compute (no CUDA here, ``RAY_ADDRESS`` set), asks that cluster now, with a timeout
-   (``compat.cpu.decide``): ``--help`` and bad input never wait for a cluster; installs the CPU layer
-   (a no-op with CUDA) and the DPPO classes (``openrlhf_dppo.adapters.install``, given the ``DPPOConfig`` validated in step
-   1 and the run metadata: command line, start time), then calls OpenRLHF's real ``train``.
-   Ray is first imported here: bad input never starts it. An AssertionError of OpenRLHF's validation
-   (between the two) becomes a one-line error with status 2, like DPPO's own refusals.
-
-If the script does not have the expected shape (another OpenRLHF version), this fails loudly.
-``--dppo.enable false`` is OpenRLHF's GRPO with the differences its flag help lists (``core.config``:
-group statistics in float64, ``adapters.experience_maker.CountingExperienceMaker``; a step-0 evaluation;
-the run directory; the counting actor, which trains what OpenRLHF trains under ``--dppo.short_batch drop``).
+A user's GRPO command becomes DPPO by swapping the module name and adding ``--dppo.*`` flags. To run
+OpenRLHF 0.11.2's own parser and validation (not a copy), this module runs the main block of
+``openrlhf/cli/train_ppo_ray.py`` alone, with two statements replaced (each must read exactly so, else
+this fails loudly): ``args = parser.parse_args()`` -> ``__dppo_parse_args__(parser)`` (adds the ``DPPO``
+group, parses and validates DPPO's flags first: ``cli.validate``), and the final ``train(args)`` ->
+``__dppo_train__(args)`` (decides the device, installs the CPU layer and ``adapters.install``, then calls
+OpenRLHF's ``train``; Ray is first imported here). An AssertionError of OpenRLHF's validation becomes a
+one-line error with status 2.
 """
 
 from __future__ import annotations
@@ -171,15 +154,19 @@ def main(
         # on a CPU run: --ds.param_dtype takes fp32 and defaults to the CPU's choice (not known yet: settled
         # in train_hook)
         state.dtype = prepare_parser(parser, None if state.choice is None else state.choice.device)
+        if any(a.split("=")[0] == "--dppo.enable" for a in argv):  # the flag --dppo.method replaced
+            old = "--dppo.enable is now --dppo.method: grpo (was false) or dppo (true, the default)"
+            parser.exit(2, f"{parser.prog}: error: {old}\n")
         ns = parser.parse_args(argv)
         flags = vars(ns)
         try:  # before OpenRLHF's validation, whose asserts would hide DPPO's reasons
             state.cfg, state.opts = validate(flags, check_inputs=check_inputs)
         except FlagError as err:  # the message alone: OpenRLHF's usage text runs to hundreds of lines
             parser.exit(2, f"{parser.prog}: error: {err}\n")
-        for line in state.cfg.notices() + limit_notices(flags, state.cfg.enable):
+        dppo = state.cfg.method == "dppo"
+        for line in state.cfg.notices() + limit_notices(flags, dppo):
             print(f"[openrlhf-dppo] {line}")
-        if state.cfg.enable and not getattr(ns, "train.dynamic_batch_enable"):
+        if dppo and not getattr(ns, "train.dynamic_batch_enable"):
             print("[openrlhf-dppo] DPPO trains packed micro-batches: turning on --train.dynamic_batch_enable")
             setattr(ns, "train.dynamic_batch_enable", True)
         return ns

@@ -1,40 +1,14 @@
-"""The estimator's terms (docs/METHOD.md, "Notation" and "The estimator"): group advantages on the
-full group, the importance weights, the full-batch normalisers, and the step's reward statistics.
+"""The estimator's terms (docs/METHOD.md, "Notation", "The estimator" and "When it is unbiased"): group
+advantages on the full group, the importance weights, the full-batch normalisers, the step's reward statistics.
 
-Group advantages (``group_advantages``), for rewards of shape (n_groups, G):
-
-    group_norm:          A = (r - mean) / (std + eps)     std unbiased (Bessel) by default, eps = 1e-9
-    dr_grpo:             A = r - mean
-    rloo:                A = r - (sum - r) / (G - 1)     the leave-one-out mean of the other G - 1
-    reinforce_baseline:  A = r - mean, then (after the per-token returns are made) whitened over the
-                         whole rollout batch's tokens: A' = (A_t - m) / s (``token_whitening``)
-
-With the defaults these are OpenRLHF 0.11.2's formulas (its ``group_norm``, ``dr_grpo``, ``rloo`` and
-``reinforce_baseline`` branches; the last whitens per token with the action-mask mean m and the population
-std s, s**2 clamped at 1e-8, unless ``--algo.advantage.no_std_norm``), taken in float64 and returned in the
-input's dtype (at least float32). Departures: (1) the float64 statistics: in float32 a group whose rewards
-are all equal but not exactly representable (countdown's 0.05) has a mean off by a few 1e-9 and a std of
-the same size, so group_norm gives every member an advantage of order 1 (-0.75 for eight rewards of 0.05);
-in float64 the sum of G <= 2**29 float32 values is exact and the advantage is 0 exactly. The GRPO arm's
-experience maker takes OpenRLHF's statistics in float64 too. (2) A group of one (G == 1) gets advantage 0
-(no baseline; OpenRLHF would give NaN). The advantages are computed BEFORE completion pruning, on every
-rolled-out completion: the baseline needs every reward of the group.
-
-Weights: a kept prompt j gets w_j = 1 / q_j, a kept completion v_ji = 1 / p_ji; E[w_j v_ji] = 1 for every
-(j, i) (the prompt mask depends only on the history, the completion mask is drawn given the rollouts).
-
-    g_hat = (1 / Z) * sum over kept (j, i) of  w_j * v_ji * grad l_ji
-
-is unbiased for the full-batch gradient when Z is the FULL batch's normaliser (``full_batch_normalizer``):
-- seq-mean: Z = B * G with B the number of prompts DRAWN (before prompt pruning);
-- token-mean: the Horvitz-Thompson estimate Z_hat = sum over rolled-out prompts of w_j * T_j, with T_j the
-  response tokens of ALL G completions of prompt j; Z_hat is unbiased, g_hat / Z_hat a ratio and therefore
-  only consistent. With no prompt pruning Z_hat is exact.
-Dividing by the kept count is biased: never do it (the negative control in the tests catches it).
-Folding w_j * v_ji into the advantage (``fold_weights``) reproduces the weighted policy loss exactly for PPO
-clip, dual clip, GSPO and rollout IS corrections (clipping depends on the sign of A, not its size);
-KL-in-loss and entropy terms contain no A and are weighted separately (``weighted_aggregate``).
-
+- ``group_advantages(rewards (n_groups, G), estimator)``: OpenRLHF 0.11.2's ``group_norm``, ``dr_grpo``,
+  ``rloo`` and ``reinforce_baseline`` formulas, statistics in float64 (a group of equal rewards gets 0
+  exactly), returned in the input's dtype (at least float32); a group of one gets 0. Computed BEFORE
+  completion pruning. ``token_whitening``: REINFORCE++-baseline's batch statistics under pruning.
+- weights 1 / q (prompt) and 1 / p (completion), folded into A (``fold_weights``); the KL / entropy terms
+  are weighted separately (``weighted_aggregate``).
+- ``full_batch_normalizer``: the FULL batch's Z (seq-mean: B G with B the prompts DRAWN; token-mean: the
+  Horvitz-Thompson token count). Never divide by the kept count (biased).
 Every metric is a detached Python float under a key named in ``openrlhf_dppo.metric_keys``.
 """
 
@@ -75,7 +49,7 @@ def group_advantages(
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {estimator!r}; valid: {', '.join(ESTIMATORS)}")
     out = torch.promote_types(rewards.dtype, torch.float32)
-    r = rewards.to(torch.float64)  # float64 statistics: see the module docstring
+    r = rewards.to(torch.float64)  # float64: docs/METHOD.md, "Departures from the paper", 9
     if r.shape[1] <= 1:
         return torch.zeros_like(r, dtype=out)  # (n_groups, 1): no baseline in a group of one
     if estimator == "rloo":

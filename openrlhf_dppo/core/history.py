@@ -1,40 +1,13 @@
-"""The prompt level's state across steps (docs/METHOD.md, "The prompt history"): the per-prompt
-history the draw scores prompts from (``PromptHistory``), and the prune rate of each draw (``PromptRateControl``).
+"""The prompt level's state across steps (docs/METHOD.md, "The prompt history" and "The prune rate"):
+the per-prompt history the draw scores prompts from (``PromptHistory``), and the prune rate of each draw
+(``PromptRateControl``).
 
-A ``PromptHistory`` holds, for every dataset index seen (arrays grown on demand, 20 bytes per prompt):
-
-    count      int32    times the prompt was rolled out
-    last_step  int32    the step of its last rollout (-1: never)
-    succ       float32  discounted sum of rewards        succ <- DECAY * succ + sum_i r_i
-    n          float32  discounted number of rewards     n    <- DECAY * n    + G
-    var        float32  EMA of the within-group reward variance (unbiased, 0 for G = 1);
-                        var <- DECAY * var + (1 - DECAY) * var_group  (the first rollout sets it)
-
-``succ / n`` is the discounted mean reward (the success rate for 0/1 rewards). The success estimate is
-the mean of the discounted Beta posterior under a Beta(PRIOR, PRIOR) prior,
-p_hat = (succ + PRIOR) / (n + 2 * PRIOR), never exactly 0 or 1. The decay applies per rollout of the
-prompt, not per training step (a prompt is usually seen once per epoch).
-
-The score (docs/METHOD.md, "The prompt history"):
-- binary rewards (every reward seen so far is exactly 0 or 1): s = 1 - p_hat^G - (1 - p_hat)^G, the
-  probability that G samples are not all equal;
-- otherwise: s = sqrt(var), the estimated reward std;
-- never seen: ``score`` says +inf; ``signals`` (what the prompt draw reads) gives such a prompt the mean
-  score of every prompt seen so far, so it is drawn at the target rate with the rest and the first epoch is
-  pruned too (still unbiased: q > 0 and fixed before the rollout).
-``last_step`` is stored (and checkpointed) but not used by the score.
-
-The prune rate of each draw (``PromptRateControl``, ``--dppo.prompt_rate_control``; beyond the paper):
-- ``fixed``: every draw prunes at ``--dppo.prompt_prune_rate``;
-- ``zero-share`` (the default): a draw prunes at the share of the drawn prompts whose G rewards were all
-  equal in the past steps, capped at ``ZERO_SHARE_CAP``; ``--dppo.prompt_prune_rate`` until a step was
-  measured. Such a group has advantage 0 under a group estimator and no policy gradient (without a KL or
-  entropy term), so that share is what pruning can skip at no cost to GRPO's gradient. The share is the
-  Horvitz-Thompson estimate for each step's drawn batch (``rollout/equal_reward_frac_ht``,
-  ``estimator.reward_stats``: unbiased under the step's own pruning), smoothed over steps by an
-  exponential moving average (weight ``SMOOTHING`` on the past).
-Unbiasedness: the rate of a draw is a function of earlier steps' rollouts only; given them, q of every
-drawn prompt is fixed before this step's rollout, and E[mask / q] = 1 holds as with a fixed rate.
+``PromptHistory`` keeps, per dataset index (arrays grown on demand), the rollout count, last step, and the
+discounted reward sum, reward count and within-group variance (decayed per rollout of the prompt). The
+score: 1 - p_hat^G - (1 - p_hat)^G for binary rewards, else the reward std; ``score`` says +inf for a prompt
+never seen, ``signals`` gives it the mean seen score. ``state_dict``/``load_state_dict`` for checkpoints.
+``PromptRateControl``: ``fixed`` or ``zero-share`` (the smoothed all-equal share, capped at
+``ZERO_SHARE_CAP``); a draw's rate depends on earlier steps only, so q is fixed before the rollout.
 """
 
 from __future__ import annotations

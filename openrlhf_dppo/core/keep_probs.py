@@ -1,38 +1,13 @@
 """Keep probabilities for the two pruning levels (docs/METHOD.md, "Prompt keep probabilities" and
 "Completion pruning").
 
-Both levels spend a budget K = keep_frac * N of expected kept items through one exact solve
-(``solve_clipped_scale``): find c with sum_i clip(c * s_i, lo_i, 1) = K and return
-p_i = clip(c * s_i, lo_i, 1). The left side is piecewise linear and non-decreasing in c, so c is found
-exactly (up to float64 rounding) from the sorted breakpoints, in one vectorised pass; the tests check it
-against a bisection run to convergence. The fixed-size rescale of ``sampling`` uses the same solve.
-
-Prompt level (``prompt_keep_probs``): a policy of ``PROMPT_POLICIES`` (the one registry: a second
-registration of a taken name is refused, an unknown name raises a ``ValueError`` listing the valid ones)
-over the history's scores (``PromptHistory.signals``: an unseen prompt already carries the mean seen score):
-- ``proportional`` (the paper's shape): q = clip(c * s, q_min, 1);
-- ``uniform`` (the equal-cost control): q = keep_frac for every prompt, whatever its history.
-
-Completion level (``completion_keep_probs``): the paper's uniform-low rule. Completions whose |A| is below
-the row's mean |A| (over the valid items, A == 0 included) form the low-value set and share one keep
-probability; all others keep p = 1. If the low set alone cannot absorb the budget (its floor p_min is
-reached), the others are scaled down uniformly too (beyond the paper, which does not say what happens
-then). With ``allow_zero=True`` an item with A == 0 exactly gets p = 0: only correct when the loss has no
-KL-in-loss or entropy term (such a completion then has zero gradient); its zero probability does not count
-towards the budget, which stays keep_frac * N.
-
-Infeasible budgets (reported, never silent):
-- the floors alone exceed the budget (e.g. p_min > keep_frac): every item sits at its floor and the
-  expected kept fraction is ABOVE the target;
-- too few items can carry probability (e.g. allow_zero with fewer non-zero advantages than the budget):
-  the carrying items get p = 1 and the expected kept fraction is BELOW the target.
-Metrics ``dppo/{level}_keep_frac_expected`` (sum p / N) and ``dppo/{level}_keep_infeasible`` (1.0 when the
-target could not be met) say which. Unbiasedness holds in every case since every probability used is > 0
-where the gradient may be non-zero.
-
-Shapes: the functions take (N,) or (R, N); with two dimensions every row is an independent problem (used
-by the vectorised Monte-Carlo tests) and the metrics are averaged over rows. An optional ``valid`` mask of
-the same shape removes items from a row (p = 0, not counted in N).
+Both spend a budget K = keep_frac * N through one exact solve, ``solve_clipped_scale``: c with
+sum_i clip(c * s_i, lo_i, 1) = K, from the sorted breakpoints. ``prompt_keep_probs``: a policy of
+``PROMPT_POLICIES`` (``proportional``, ``uniform``) over the history's scores. ``completion_keep_probs``:
+the paper's uniform-low rule (``allow_zero``: p = 0 for A == 0 exactly). An infeasible budget is reported,
+never silent (``dppo/{level}_keep_frac_expected``, ``dppo/{level}_keep_infeasible``); every probability is
+> 0 where the gradient may be non-zero. Inputs (N,) or (R, N) (rows independent, metrics averaged); an
+optional ``valid`` mask removes items from a row (p = 0, not counted in N).
 """
 
 from __future__ import annotations
@@ -184,7 +159,8 @@ def uniform(score: torch.Tensor, valid: torch.Tensor, q_min: float, keep_frac: f
 def uniform_low(
     absA: torch.Tensor, zero: torch.Tensor, valid: torch.Tensor, p_min: float, budget: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The completion rule (module docstring). absA, zero, valid: (R, N); budget: (R,) expected kept count.
+    """The completion rule (docs/METHOD.md, "Completion pruning").
+    absA, zero, valid: (R, N); budget: (R,) expected kept count.
     As a clipped scale: the low set has score 1 and the rest score 1 / p_min, so the rest stay at p = 1
     until the low set has reached its floor. -> (p (R, N) float64, status (R,) int64)."""
     n = valid.sum(dim=1, keepdim=True).clamp_min(1)

@@ -1,37 +1,12 @@
 """Dense Prompt Packing (docs/METHOD.md, "Dense Prompt Packing"): pack kept sequences into micro-batches of
 at most ``capacity`` tokens and spread them over data-parallel ranks.
 
-The packer (``window_best_fit``, the paper's window-based greedy): sequences sorted by length, longest
-first (ties by index); at most ``WINDOW`` open bins; each sequence goes to the open bin it fills best
-(least room left that still fits); when none fits, a new bin is opened and, if ``WINDOW`` bins are open
-already, the fullest one is closed first. Two steps go beyond the paper: (1) a bin that leaves the window is
-first filled best-fit from the sequences not yet placed (repeatedly the longest that still fits);
-without this, a small window closes bins whose room only the short sequences at the end of the order
-could use (density 0.85 instead of 0.999 at W = 8 on log-normal lengths); (2) a bin whose room is below
-the shortest unplaced sequence is closed at once, freeing its window slot.
-With (1) the result no longer depends much on W (on the benchmark lengths it equals first-fit
-decreasing's). Unplaced sequences are kept in buckets by length with a union-find "next non-empty bucket"
-pointer, so a best-fit lookup is one bisection: about O(n log n) overall, 100k sequences in ~0.1 s of CPU
-(benchmarks/INFRA.md, "Packing").
-
-Distribution over ranks (shared): with M bins and k = ceil(M / dp_size) micro-batches per rank,
-k * dp_size - M extra micro-batches are made by splitting the currently heaviest bin that holds at
-least two sequences into two halves (greedy, balanced by tokens). Only when fewer than k * dp_size
-sequences exist at all is an empty micro-batch added (``dppo/pack_empty_micro_batches``). The bins are
-then dealt to ranks largest first, each to the lightest rank that still has fewer than k (LPT with a
-cardinality limit). Every rank gets exactly k micro-batches. Zero sequences give k = 0.
-
-A sequence longer than ``capacity`` goes into a micro-batch of its own, never split or truncated
-(``pack``, before the packer runs; ``fitting_bins``): as OpenRLHF's dynamic batch does, whose first fit
-opens a micro-batch for it that nothing else enters. Where this departs from the paper: docs/METHOD.md,
-"Departures from the paper", 8. A run whose ``--data.max_len`` exceeds the capacity trains as OpenRLHF
-trains it (``cli.validate`` says so at start), with that one micro-batch over the budget.
-
-Metrics: ``dppo/pack_density`` = tokens / the micro-batches' slots (``capacity`` each, a longer
-sequence's own length for its micro-batch); ``dppo/pack_micro_batches`` = k (per rank);
-``dppo/pack_lower_bound`` = ceil(max(#longer than capacity + ceil(the others' tokens / capacity),
-#longer than capacity / 2) / dp_size), a lower bound on k for any packing; ``dppo/pack_rank_imbalance``
-= max rank tokens / mean rank tokens.
+``pack(lengths, capacity, dp_size) -> (PackPlan, metrics)``: ``window_best_fit`` (the paper's window-based
+greedy, at most ``WINDOW`` open bins, with a best-fit fill of each bin that leaves the window), then
+``distribute``: every rank gets exactly k = ceil(M / dp_size) micro-batches (heaviest bins split, empty
+ones only when too few sequences exist; LPT with a cardinality limit). A sequence longer than ``capacity``
+is a micro-batch of its own (``fitting_bins``), as OpenRLHF's dynamic batch trains it. Metrics:
+``dppo/pack_density``, ``dppo/pack_micro_batches``, ``dppo/pack_lower_bound``, ``dppo/pack_rank_imbalance``.
 """
 
 from __future__ import annotations

@@ -1,35 +1,12 @@
-"""The draws: a keep mask with given inclusion probabilities (docs/METHOD.md, "The estimator" and the
-remark on fixed-size designs), and one call per pruning level for the adapters.
+"""The draws (docs/METHOD.md, "Systematic sampling"): a keep mask with given inclusion probabilities, and
+one call per pruning level for the adapters.
 
-``prune_prompts``      before rollout: q from the history's scores (``PromptHistory.signals``) under a
-                       policy of ``PROMPT_POLICIES`` -> mask, q_used, weights 1 / q_used, metrics.
-``prune_completions``  after reward: p from the full-group advantages -> mask, p_used, weights
-                       1 / (q p_used) with the prompt's weight folded in, metrics.
-Both compose ``keep_probs``, the draw below and ``estimator``'s weights, so the weights always use the
-probabilities actually drawn with.
-
-Systematic sampling, a fixed-size design: the items are put in a random order (a fresh permutation per
-draw, so no pair of items is tied to the input order), the cumulative sums S_k of p are laid on a line,
-and the points u, u + 1, u + 2, ... with u ~ U[0, 1) select the items whose interval [S_{k-1}, S_k) they
-hit. Item i is kept with probability exactly p_i and the kept count is exactly sum(p) when that sum is an
-integer. Items with p = 1 are always kept, items with p = 0 never.
-
-Fixed kept count: before the draw, ``fixed_size_probs`` moves sum(p) to the multiple of ``multiple_of``
-nearest to it (``multiple_of=1``: the nearest integer) that can be reached while the items with p = 1
-STAY at 1 (uniform-low's high-|A| completions): only the other positive items are rescaled,
-q_i = clip(c * p_i, lo, 1) (the exact solve, ``keep_probs.solve_clipped_scale``), with the floor lo
-their smallest probability, so floors survive the rescale; p = 0 stays 0. Only when no multiple is
-reachable that way are the p = 1 items scaled too (every positive item, same floor: the fallback, status
-1); when no multiple is reachable at all, the nearest reachable integer is used with the p = 1 items held
-(status 2: the count is exact but not a multiple). A row whose sum already is such a multiple is returned
-unchanged. ``sample_mask`` returns the probabilities it actually used: the weights MUST be 1 / p_used,
-otherwise the estimator is biased.
-
-Never empty: a row with a positive probability keeps at least one item (its rescaled sum is at least the
-ceiling of its floors, >= 1), so a prompt draw never leaves a step without rollouts (OpenRLHF's loop would
-answer an empty step by drawing again, which conditions the step on a non-empty draw).
-Draws are reproducible: all randomness comes from the ``torch.Generator`` passed in (``step_generator``
-derives one per (seed, step, stream)).
+- ``prune_prompts`` (before rollout) and ``prune_completions`` (after reward) compose ``keep_probs``, the
+  draw and ``estimator``'s weights -> (``Draw(mask, prob, weight)``, metrics); a prompt draw is never empty.
+- ``sample_mask(p, generator, multiple_of=1)``: systematic sampling in a fresh random order, after
+  ``fixed_size_probs`` moves sum(p) to the nearest reachable multiple of ``multiple_of`` (items at p = 1
+  held). It returns the probabilities it used: the weights MUST be 1 / p_used.
+- All randomness comes from the ``torch.Generator`` passed in (``step_generator(seed, step, stream)``).
 """
 
 from __future__ import annotations

@@ -1,27 +1,10 @@
 """What the launcher records in the run's status.json when the trainer process ends without finishing.
 
-The trainer writes status.json while it runs ("running" with its step, "finished", "failed" on an error
-it sees, "interrupted" when a signal stops it -- a cancel, a requeue, a preemption -- or, since a
-launcher runs it, when another Ray process of the run dies: a stop kills the job's processes in any
-order; ``run_dir.ended_by``). "interrupted" is not an outcome (readers take it as in progress,
-``run_dir.IN_PROGRESS``) and never replaces the launcher's record; a "failed" recorded here keeps what
-the interrupted trainer said. The trainer cannot record its own death: `kill -9`, the OOM killer, a
-cancel or a requeue end it without a word. The launcher sees the exit code, and Slurm knows why the job
-is ending:
-
-| trainer exit | Slurm job state               | requeue asked for by             | status.json (reason)           | then                       |
-|--------------|-------------------------------|----------------------------------|--------------------------------|----------------------------|
-| 0            |                               |                                  | the trainer's own ("finished") | the job's result           |
-| not 0        | CANCELLED                     |                                  | cancelled                      | the task fails at once     |
-| not 0        | REQUEUED, REQUEUE_*, PENDING  | Slurm (hard requeue, preemption) | requeued                       | exit, Slurm restarts it    |
-| not 0        | any                           | the launcher (its signal)        | requeued                       | exit, Slurm restarts it    |
-| not 0        | TIMEOUT, PREEMPTED, ...       | nobody                           | failed (with the state)        | the task fails at once     |
-| not 0        | RUNNING, SIGTERM to the job   | nobody yet                       | the trainer's while waiting    | wait for the signal, then  |
-|              |                               |                                  |                                | failed if none came        |
-| not 0        | RUNNING                       | nobody                           | failed ("killed by signal 9")  | the task fails at once     |
-
-A requeued run shows the step of its newest checkpoint (where the restart resumes), never a stale
-"running" or a step behind it. The file format and its writer are ``openrlhf_dppo.run_dir``'s.
+The trainer cannot record its own death (``kill -9``, the OOM killer, a cancel, a requeue): the launcher
+sees the exit code, and Slurm knows why the job is ending. The rules, one row per case, are the table of
+docs/SLURM.md, "When the trainer dies: status.json". "interrupted" (the trainer's word when a signal
+stopped it) is not an outcome and never replaces the launcher's record; a requeued run shows the step of
+its newest checkpoint. The file format and its writer are ``openrlhf_dppo.run_dir``'s.
 """
 
 from __future__ import annotations

