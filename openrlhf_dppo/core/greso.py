@@ -1,24 +1,11 @@
-"""GRESO's pre-rollout skip (Zheng et al. 2025, "Act Only When It Pays: Efficient Reinforcement Learning
-for LLM Reasoning via Selective Rollouts"), the biased peer of ``--dppo.method greso`` (docs/METHOD.md,
-"The peers: CPPO and GRESO").
+"""GRESO's pre-rollout skip (Zheng et al. 2025, "Act Only When It Pays"), the biased peer of
+``--dppo.method greso``; the rule and its constants are docs/METHOD.md's ("The peers: CPPO and GRESO").
 
-GRESO remembers, per prompt (dataset index), how many of its latest rolled-out groups in a row had G
-equal rewards at the top (``z_easy``: all solved) or at the bottom (``z_hard``: all failed). A prompt
-drawn from the dataloader is rolled out with probability
-
-    keep = max(p_easy ** z_easy, KEEP_FLOOR)   if z_easy > 0
-           max(p_hard ** z_hard, KEEP_FLOOR)   elif z_hard > 0
-           1                                   otherwise
-
-and skipped otherwise, before any rollout. Kept prompts train at weight 1: no 1 / keep correction, so the
-expected update is not GRPO's gradient (biased by design, as published; tests/core/test_unbiased.py shows
-it). p_easy and p_hard adapt once per step (``GresoController``): each moves ``P_STEP`` down when the
-step's share of easy (hard) groups among its rolled-out groups reached its target, up otherwise, within
-[P_LOW, P_HIGH]; targets ALPHA / 3 (easy) and 2 ALPHA / 3 (hard). Every constant is the published one;
-none is a flag.
-
-A group is easy when its G raw rewards are all equal (exactly, in float64) and their mean >= EASY_MIN,
-hard when all equal and mean <= HARD_MAX; any other group resets both streaks of its prompt. Pure torch.
+Per prompt (dataset index): the trailing runs z_easy / z_hard of its rolled-out groups whose G raw rewards
+were all equal (exactly, in float64) with mean >= ``EASY_MIN`` / <= ``HARD_MAX`` (``GresoStreaks``); its
+keep probability max(p ** z, ``KEEP_FLOOR``), easy first, 1 without a run (``greso_keep_probs``); p_easy,
+p_hard moved ``P_STEP`` a step toward their targets within [P_LOW, P_HIGH] (``GresoController``).
+Kept prompts train at weight 1 (no 1 / keep): biased by design, as published. Pure torch.
 """
 
 from __future__ import annotations
