@@ -3,7 +3,7 @@
 Every OpenRLHF argument (run_config.json's ``args``, flattened to dotted keys) is compared, except
 ``dppo.*`` and the per-run ones (output and checkpoint paths, logger names), and grouped under model,
 data, group size, seeds, hardware and "other OpenRLHF args". Reported without breaking comparability:
-between DPPO and GRPO, the packing args DPPO turns on itself (``SET_BY_DPPO``); a control arm's
+between DPPO (or CPPO) and GRPO, the packing args DPPO turns on itself (``SET_BY_DPPO``); a control arm's
 designed differences (:func:`by_design`); the machine (``run_dir.MACHINE``) but for its precision,
 which breaks it.
 """
@@ -92,7 +92,8 @@ def _ignored(key: str) -> bool:
 def config_differences(baseline: dict[str, Any], other: dict[str, Any]) -> list[Difference]:
     """Differences between two run_config.json dicts that make a speedup questionable."""
     diffs = []
-    dppo_vs_grpo = {baseline.get("algo"), other.get("algo")} == {"dppo", "grpo"}
+    # CPPO trains through DPPO's packed plan too: the same packing args are set for it
+    dppo_vs_grpo = {baseline.get("algo"), other.get("algo")} in ({"dppo", "grpo"}, {"cppo", "grpo"})
     a, b = flatten(baseline.get("args") or {}), flatten(other.get("args") or {})
     for key in sorted(set(a) | set(b)):
         if _ignored(key):
