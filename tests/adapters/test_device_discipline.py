@@ -150,7 +150,7 @@ def _trainer(device, group, entropy: bool) -> DPPOActorTrainer:
     return t
 
 
-@pytest.mark.parametrize("arm", ["grpo", "grpo-short-train", "dppo"])
+@pytest.mark.parametrize("arm", ["grpo", "grpo-short-train", "dppo", "cppo"])
 def test_ppo_train_runs_openrlhfs_loop_on_the_device_in_both_arms(second_device, one_rank, arm):
     """OpenRLHF's own ppo_train loop (micro-batches moved to the device, training_step, the status
     reduction) through DPPOActorTrainer and DPPOReplayBuffer; counts and gradient come back right."""
@@ -162,6 +162,12 @@ def test_ppo_train_runs_openrlhfs_loop_on_the_device_in_both_arms(second_device,
         plan = build_dispatch(items, 1, 4 * T, 1, float(exp.action_mask.sum()), float(B))
         t.replay_buffer.append(plan.rank_experiences()[0])
         live = weights != 0
+    elif arm == "cppo":  # the kept completions at weight 1, normalised by their own tokens and count
+        exp = _experience(torch.ones(B), seed=5)
+        items = [copy.copy(e) for e in _split(exp)]
+        plan = build_dispatch(items, 1, 4 * T, 1, float(exp.action_mask.sum()), float(B))
+        t.replay_buffer.append(plan.rank_experiences()[0])
+        live = torch.ones(B, dtype=torch.bool)
     else:
         exp = _experience(None, seed=2)
         mark_short_batch_rule([exp], arm == "grpo-short-train")  # B < one train batch of 2 B
@@ -235,3 +241,16 @@ def test_the_fixture_uses_the_device_it_was_asked_for(second_device):
         assert torch.ones(1, device=second_device).is_cuda and torch.cuda.is_available()
     else:
         assert not torch.cuda.is_available()  # the stand-in: CPU memory, cuda:0 by name
+
+
+def test_cppos_keep_mask_is_made_on_the_advantages_device(second_device):
+    """``core.cppo.cppo_keep_mask`` (the CPPO maker's rule) makes its mask on the device of the
+    advantages it is given, and keeps there what it keeps on the CPU."""
+    from openrlhf_dppo.core.cppo import cppo_keep_mask
+
+    adv = torch.randn(5, 8, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    adv[1] = 0.0  # an all-equal group: CPPO keeps its first k
+    on = cppo_keep_mask(adv.to(second_device), 0.5)
+    assert on.device.type == second_device.type and on.dtype == torch.bool
+    assert torch.equal(on.cpu(), cppo_keep_mask(adv, 0.5))
+    assert on.cpu().sum(-1).tolist() == [4] * 5
