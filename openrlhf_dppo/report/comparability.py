@@ -3,7 +3,8 @@
 Every OpenRLHF argument (run_config.json's ``args``, flattened to dotted keys) is compared, except
 ``dppo.*`` and the per-run ones (output and checkpoint paths, logger names), and grouped under model,
 data, group size, seeds, hardware and "other OpenRLHF args". Reported without breaking comparability:
-between DPPO (or CPPO) and GRPO, the packing args DPPO turns on itself (``SET_BY_DPPO``); a control arm's
+between DPPO (or CPPO) and GRPO, the packing args DPPO turns on itself (``SET_BY_DPPO``); between GRESO and
+GRPO, the dynamic filtering GRESO needs (``NEEDED_BY_GRESO``); a control arm's
 designed differences (:func:`by_design`); the machine (``run_dir.MACHINE``) but for its precision,
 which breaks it.
 """
@@ -38,10 +39,13 @@ SET_BY_DPPO = frozenset(
     }
 )
 SET_BY_DPPO_CATEGORY = "packing (set by DPPO)"
+# GRESO (--dppo.method greso) runs only with dynamic filtering: between it and GRPO, the method's own
+NEEDED_BY_GRESO = frozenset({"algo.dynamic_filtering_enable", "algo.dynamic_filtering_range"})
+NEEDED_BY_GRESO_CATEGORY = "dynamic filtering (GRESO's)"
 PRECISION_CATEGORY = "precision"  # machine.precision: breaks comparability
 MACHINE_CATEGORY = "machine"  # the other machine fields: times come from two machines
 CONTROL_CATEGORY = "control (by design)"
-NOT_BREAKING = frozenset({SET_BY_DPPO_CATEGORY, MACHINE_CATEGORY, CONTROL_CATEGORY})
+NOT_BREAKING = frozenset({SET_BY_DPPO_CATEGORY, NEEDED_BY_GRESO_CATEGORY, MACHINE_CATEGORY, CONTROL_CATEGORY})
 
 
 @dataclass(frozen=True)
@@ -71,9 +75,11 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _category(key: str, dppo_vs_grpo: bool) -> str:
+def _category(key: str, dppo_vs_grpo: bool, greso_vs_grpo: bool = False) -> str:
     if dppo_vs_grpo and key in SET_BY_DPPO:
         return SET_BY_DPPO_CATEGORY
+    if greso_vs_grpo and key in NEEDED_BY_GRESO:
+        return NEEDED_BY_GRESO_CATEGORY
     for name, patterns in CATEGORIES.items():
         if any(key == p or (p.endswith(".") and key.startswith(p)) for p in patterns):
             return name
@@ -94,19 +100,21 @@ def config_differences(baseline: dict[str, Any], other: dict[str, Any]) -> list[
     diffs = []
     # CPPO trains through DPPO's packed plan too: the same packing args are set for it
     dppo_vs_grpo = {baseline.get("algo"), other.get("algo")} in ({"dppo", "grpo"}, {"cppo", "grpo"})
+    greso_vs_grpo = {baseline.get("algo"), other.get("algo")} == {"greso", "grpo"}
     a, b = flatten(baseline.get("args") or {}), flatten(other.get("args") or {})
     for key in sorted(set(a) | set(b)):
         if _ignored(key):
             continue
         va, vb = a.get(key, "<absent>"), b.get(key, "<absent>")
         if va != vb:
-            diffs.append(Difference(_category(key, dppo_vs_grpo), key, va, vb))
+            diffs.append(Difference(_category(key, dppo_vs_grpo, greso_vs_grpo), key, va, vb))
     ha, hb = baseline.get("hardware") or {}, other.get("hardware") or {}
     for key in HARDWARE_KEYS:
         if ha.get(key) != hb.get(key):
             diffs.append(Difference("hardware", f"hardware.{key}", ha.get(key), hb.get(key)))
     diffs += machine_differences(baseline, other)
     order = [*CATEGORIES, "hardware", PRECISION_CATEGORY, "other OpenRLHF args", SET_BY_DPPO_CATEGORY]
+    order.append(NEEDED_BY_GRESO_CATEGORY)
     order.append(MACHINE_CATEGORY)
     return sorted(diffs, key=lambda d: (order.index(d.category), d.key))
 
