@@ -1,21 +1,13 @@
 """The precision of the CPU pipeline, chosen from what torch reports about the CPU, and the machine record.
 
-A bf16 matmul is fast on a CPU only where oneDNN has bf16 kernels for it; elsewhere (AVX2-only CPUs)
-it is far slower than fp32 (benchmarks/INFRA.md, "Precision on CPU"). So, on a CPU run only:
-
-  1. ``OPENRLHF_DPPO_CPU_PRECISION`` = ``auto`` (default) | ``bf16`` | ``fp32``;
-  2. ``auto`` is bf16 where ``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` (oneDNN's own test, under
-     ``ONEDNN_MAX_CPU_ISA``), else fp32. The CPU flags and ATen's capability are recorded, not used;
-  3. ``--ds.param_dtype`` given on the command line wins (on CPU it also takes ``fp32``); the choice
-     becomes ``--ds.param_dtype``, which the actor, the reference, the vLLM engine and the weight sync
-     follow (``compat.cpu`` patches OpenRLHF's bf16 assumptions).
-On a GPU run nothing here applies. A run is a CPU run when its workers compute on CPU
-(``compat.cpu.device_choice``).
+On a CPU run only (docs/CPU.md, "Precision on CPU"): ``OPENRLHF_DPPO_CPU_PRECISION`` = ``auto`` (default)
+| ``bf16`` | ``fp32``; ``auto`` is bf16 where oneDNN has bf16 kernels
+(``torch.ops.mkldnn._is_mkldnn_bf16_supported()``), else fp32; ``--ds.param_dtype`` on the command line
+wins. The choice becomes ``--ds.param_dtype``. On a GPU run nothing here applies.
 
     python -m openrlhf_dppo.precision [auto|bf16|fp32] [--name VAR]   prints bf16 or fp32
 
-(``--name``: the variable a bad value is reported under.) Standard library at import; torch is imported
-by the functions that ask it.
+Standard library at import; torch is imported by the functions that ask it.
 """
 
 from __future__ import annotations

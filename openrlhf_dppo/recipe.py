@@ -9,6 +9,13 @@ only) is docs/SLURM.md's, "Your own flags: a recipe".
 - ``load_command(path, environ=None) -> list[str]``: ``[python, "-m", entry, *flags]``.
 - ``expand_argv(argv, environ=None)``: replaces every ``--config PATH`` by PATH's flags (later flags win).
 - ``python -m openrlhf_dppo.recipe RECIPE.yaml [--dry-run] [more flags]`` runs (or prints) the command.
+
+    base: other.yaml                          # optional: start from this recipe (relative to this file)
+    entry: openrlhf_dppo.cli.train_dppo_ray   # module run with `python -m` (the default)
+    vars: {NNODES: 1, OUTPUT_DIR: "${REPO_ROOT}/runs/x"}   # the environment variable NAME wins
+    args:                                     # flag name without "--"; nested mappings join with "."
+      actor: {model_name_or_path: "${MODEL}", gradient_checkpointing_enable: true}  # false/null: left out
+      eval.dataset: [a.jsonl, b.jsonl]        # a list: one value per item
 """
 
 import ast

@@ -1,25 +1,12 @@
-"""The run directory: the names of its files, its writer and its one reader.
+"""The run directory: the names of its files, its writer and its one reader (docs/DESIGN.md, "Run directory").
 
-A run directory (``--dppo.run_dir``, default ``--ckpt.output_dir``) holds
-- ``run_config.json``: the parsed arguments, the DPPO config, the algorithm, the hardware, the machine
-  record (``machine``: the CPU model, its bf16 support, the precision; made by the CLI with
-  ``openrlhf_dppo.precision.machine``, ``RunMeta.machine``), the start time;
-- ``metrics.jsonl``: one JSON object per line, ``{"kind": "train"|"eval", "step": int, "time": unix,
-  "wall_time": s, ...metrics}``; one train line per step and one eval line per evaluation;
-- ``status.json``: ``{"state", "step", "max_steps", "updated", "reason"?}``, replaced atomically (the
-  states: ``STATES`` below);
-- ``eval_results.json``: written by ``openrlhf-dppo eval`` (optional).
-
-The time keys the writer adds (the trainer does not compute them):
-- ``time/train_s`` (train and eval lines): training time so far, the sum of ``timing/step_total`` over
-  every step up to this one; start-up, evaluation and checkpointing are left out. A resumed run
-  continues it from the checkpoint's step.
-- ``time/startup_s`` (the first train line of a process): seconds from the process start
-  (``run_config.json``'s ``start_time``) to the start of that step.
-
-Standard library only: ``openrlhf-dppo compare`` reads run directories on a machine without torch or
-the host. Every consumer reads ``metrics.jsonl`` through :func:`read_metrics`. The metric keys are
-named in ``openrlhf_dppo.metric_keys`` and re-exported here.
+A run directory (``--dppo.run_dir``, default ``--ckpt.output_dir``) holds ``run_config.json`` (the
+arguments, the DPPO config, the algorithm, the hardware and ``machine`` record, the start time),
+``metrics.jsonl`` (one ``{"kind": "train"|"eval", "step", "time", "wall_time", ...}`` line per step or
+evaluation; the writer adds ``time/train_s`` and ``time/startup_s``), ``status.json`` (replaced atomically;
+the states: ``STATES``) and, optionally, ``eval_results.json``. Standard library only: ``openrlhf-dppo
+compare`` reads run directories without torch or the host. Every consumer reads ``metrics.jsonl`` through
+:func:`read_metrics`. The metric keys are named in ``openrlhf_dppo.metric_keys`` and re-exported here.
 """
 
 from __future__ import annotations

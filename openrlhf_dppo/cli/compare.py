@@ -1,17 +1,12 @@
-"""`openrlhf-dppo compare`: does DPPO reach GRPO's held-out accuracy in less training time?
+"""`openrlhf-dppo compare`: does DPPO reach GRPO's held-out accuracy in less training time? (docs/REPORT.md)
 
     openrlhf-dppo compare RUN_GRPO RUN_DPPO                      # one run per arm, the first the baseline
     openrlhf-dppo compare --baseline 'runs/grpo_s*' 'runs/dppo_s*' [--out DIR]
     openrlhf-dppo compare --arm grpo='runs/grpo_s*' --arm dppo='runs/dppo_s*' \
         --arm uniform='runs/uniform_s*' --arm grpo+df='runs/df_s*' --baseline grpo --out DIR
 
-Reads each run directory (``openrlhf_dppo.run_dir``), groups the runs into arms (``--arm NAME=GLOB``, or
-by config: runs that differ only in their seeds are one arm), prints a summary table of about 100
-columns (``--tables``: every table of report.md), the warnings of ``report.checks`` and one sentence per
-arm, and with ``--out DIR`` writes DIR/report.md and PNG plots. Globs are expanded here too, so they may
-be quoted. Needs only the standard library, rich (tables) and matplotlib (plots): no torch, no OpenRLHF.
-Exit status: 0 on success, 2 when a run directory cannot be read or the arguments are inconsistent (the
-message says why).
+Globs are expanded here too. Needs only the standard library, rich and matplotlib (no torch, no
+OpenRLHF). Exit status: 0 on success, 2 when a run directory cannot be read or the arguments clash.
 """
 
 from __future__ import annotations

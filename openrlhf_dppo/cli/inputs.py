@@ -1,20 +1,11 @@
 """What the run will read and write, checked on this machine before Ray starts (``validate.check_input_files``).
 
-- Output directories (``--ckpt.output_dir``, ``--dppo.run_dir``, ``--ckpt.path`` when checkpoints are
-  saved): the directory, or its nearest existing parent, must be a directory this process can create
-  files in. A probe directory is created there and removed at once (permission bits alone say nothing
-  for root, a read-only mount or /proc).
-- A reward-function or agent ``.py`` file is imported in a child process (its top-level code runs
-  there, not in this process), as OpenRLHF 0.11.2 loads it: ``reward_func`` must be a function that
-  takes ``(queries, prompts, labels)``; an agent file must define a class ``AgentExecutor`` (a subclass
-  of OpenRLHF's ``AgentExecutorBase`` when the file imports it).
-- A reward URL must accept a TCP connection within ``URL_TIMEOUT_S``. No HTTP request is sent: the
-  server takes POSTed batches of completions, and what it answers to anything else is its own.
-- Dataset keys: the first record of each local ``.jsonl`` / ``.json`` / ``.csv`` / ``.parquet`` file
-  must have ``--data.input_key`` (and ``--data.label_key`` when set). Directories, ``.arrow`` and
-  ``.py`` datasets and Hugging Face Hub ids are not read here (the ``datasets`` library decides their
-  files and would download Hub data); OpenRLHF reports a missing key when it loads them.
-
+- Output directories: the directory, or its nearest existing parent, must take a probe directory.
+- A reward-function or agent ``.py`` file is imported in a child process, as OpenRLHF 0.11.2 loads it:
+  ``reward_func(queries, prompts, labels)``, or a class ``AgentExecutor``.
+- A reward URL must accept a TCP connection within ``URL_TIMEOUT_S`` (no HTTP request is sent).
+- Dataset keys: the first record of each local ``.jsonl`` / ``.json`` / ``.csv`` / ``.parquet`` file must
+  have ``--data.input_key`` (and ``--data.label_key``); other datasets are left to OpenRLHF.
 Imports no host module (OpenRLHF, Ray, DeepSpeed, vLLM).
 """
 

@@ -3,16 +3,10 @@
     python -m openrlhf_dppo.data.prepare --out data/math \\
         --train math --eval math500,aime24,amc23,minerva,olympiadbench,aime25
 
-Each benchmark becomes ``<out>/<name>.jsonl``, one problem per line:
-``{"prompt": problem + instruction, "answer": label, "datasource": name, "problem": problem}``,
-read by OpenRLHF with ``--data.input_key prompt --data.label_key answer`` (the ``datasource`` field
-splits OpenRLHF's own eval metrics by benchmark). Sources, tried in order: ``--source NAME=PATH``,
-``--local-dir DIR`` (``DIR/<name>.jsonl|.json|.parquet`` or a ``datasets`` folder ``DIR/<name>/``),
-then the Hugging Face hub (``BENCHMARKS`` below; the hub cache works offline). When none works the
-command stops with a message that says where to put the files.
-
-``demo_train`` / ``demo_eval`` are small problem sets written for this project and shipped in
-``openrlhf_dppo/data/shipped/``: the tests and the demo use them, no download needed.
+Each benchmark becomes ``<out>/<name>.jsonl``: ``{"prompt", "answer", "datasource", "problem"}`` per line
+(``--data.input_key prompt --data.label_key answer``). Sources, tried in order: ``--source NAME=PATH``,
+``--local-dir DIR``, the Hugging Face hub (``BENCHMARKS``); none: a message saying where to put the files.
+``demo_train`` / ``demo_eval`` are shipped in ``openrlhf_dppo/data/shipped/`` (no download needed).
 """
 
 import argparse

@@ -1,19 +1,12 @@
 """One Slurm task of a Ray job (one task per node): the ONE per-node bootstrap of both ways to run on Slurm.
 
-- the submitit launcher (`launch.slurm.RayJob`) calls `SlurmTask.from_env`, `prepare` and `run_node`
-  in the task's own process;
-- the plain sbatch template (slurm/dppo_ray.sbatch) runs, once per node through srun,
+The submitit launcher (``launch.slurm.RayJob``) calls ``SlurmTask.from_env``, ``prepare`` and ``run_node``
+in the task's own process; the plain sbatch template (slurm/dppo_ray.sbatch) runs, per node through srun,
 
       python -m openrlhf_dppo.launch.node run --rendezvous-root DIR [--join-timeout S] \\
           [--num-gpus G] [--num-cpus C] -- <training command>
 
-  which calls the same `run_node`; on its time-limit signal the batch script runs the same module's
-  `mark-requeue --rendezvous-root DIR` before it stops the job step and requeues the job.
-
-Every task first removes the Ray temp dirs that earlier restarts of its job left on the node. Task 0
-then records how the trainer ended (launch/status.py): a SIGTERM to the task (the sbatch script
-stopping the step, or a cancel) stops the trainer and Ray, and the run is marked requeued when a
-requeue was asked for, cancelled after a cancel, failed otherwise.
+and ``mark-requeue --rendezvous-root DIR`` on its time-limit signal. What a task does: docs/SLURM.md.
 """
 
 from __future__ import annotations

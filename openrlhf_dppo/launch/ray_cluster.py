@@ -1,17 +1,10 @@
 """A Ray cluster across the tasks of one Slurm job: one task per node, task 0 is the head.
 
-1. Task 0 starts `ray start --head --block` and publishes `ip:port` in a rendezvous folder on a shared
-   file system (the job folder).
-2. Every other task reads that address and starts `ray start --address=... --block`.
-3. Task 0 waits until the expected number of nodes is alive (else `RayClusterError` naming those that
-   joined), runs the driver command with `RAY_ADDRESS` set, then writes a `done` marker.
-4. Workers leave when the marker appears (or a grace period after their raylet died); everyone stops
-   its own Ray processes. launch/node.py decides what the driver's exit means.
-
-Each `ray start --block` runs in its own session and is stopped through its process group, never by
-`ray stop` (which kills every Ray process of the machine). Rendezvous files and Ray temp dirs are keyed
-by job id and restart count, so a requeued job never reads a stale address. The per-node agent ports
-are picked free, so several nodes may share one machine.
+Task 0 starts ``ray start --head --block`` and publishes ``ip:port`` in a rendezvous folder on a shared
+file system; the others join; task 0 waits for every node (else ``RayClusterError`` naming those that
+joined), runs the driver command with ``RAY_ADDRESS`` set, then writes a ``done`` marker the workers leave
+on. Each ``ray start --block`` is stopped through its own process group, never by ``ray stop``.
+Rendezvous files and Ray temp dirs are keyed by job id and restart count; agent ports are picked free.
 """
 
 from __future__ import annotations

@@ -3,19 +3,10 @@
     python -m openrlhf_dppo.launch.slurm --config configs/<exp>.yaml --nodes 2 --gpus-per-node 8 \
         [--partition P --account A --qos Q --time 1-00:00:00] [--dry-run] [-- <extra training flags>]
 
-1. One Slurm task per node (`launch.node`); task 0 starts the Ray head, the others join it
-   (`ray_cluster`); task 0 waits for all nodes (timeout -> readable error), then runs
-   `openrlhf_dppo.cli.train_dppo_ray` with the recipe's flags, and everyone stops its own Ray processes.
-2. The training command always resumes from the newest checkpoint (`launch.command`).
-3. On the signal submitit forwards before a preemption or the time limit (USR2, `--signal-delay`
-   seconds ahead), `RayJob.checkpoint` stops the trainer with SIGTERM (a trainer that saves on SIGTERM
-   gets `--stop-grace` seconds to do so), submitit requeues the job (`scontrol requeue`), and the run is
-   marked requeued in status.json.
-4. When the trainer dies otherwise, the run is marked failed (with the exit code or signal), cancelled,
-   or requeued (by Slurm) at once (`launch.status`), as soon as the trainer is gone and before Ray is
-   stopped (a cancelled task is SIGKILLed `KillWait` s after its SIGTERM); only after a SIGTERM to a job
-   that Slurm keeps running (a preemption whose USR2 is on its way) does task 0 wait `--requeue-wait` s
-   for the requeue.
+One Slurm task per node (``launch.node``); task 0 runs the training command, which always resumes from
+the newest checkpoint (``launch.command``). On submitit's pre-preemption signal ``RayJob.checkpoint`` stops
+the trainer and requeues the job; a trainer that dies otherwise is recorded by ``launch.status``. The
+whole behaviour: docs/SLURM.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The equal-cost control: is DPPO's selection worth more than the same budget spent at random?
 
-Two kinds of arm are controls, told apart by their run_config.json alone:
-
-1. **uniform selection**: a DPPO arm with ``dppo.prompt_policy uniform``;
-2. **GRPO at DPPO's budget**: a GRPO arm (no dynamic filtering) with a smaller ``rollout.batch_size``
-   than the GRPO baseline's (``benchmarks/time_to_accuracy.sh`` sets it to :func:`budget_batch_size`).
-
-A DPPO arm that is no control is matched to the uniform arm whose config is its own but for
-``prompt_policy`` (the first of several), and to the budget arm whose mean ``rollout.batch_size`` is
-nearest its mean rolled-out prompts per step, within ``BUDGET_TOLERANCE`` (the first of a tie).
-
-A control differs from the baseline by design, and compare accepts exactly that (:func:`designed_keys`):
-the uniform arm in ``dppo.prompt_policy``; the budget arm in ``rollout.batch_size``, in
-``train.batch_size`` where it keeps the baseline's ratio to the batch, in ``train.num_episodes`` where it
-scales with the batch to within one episode, and in ``rollout.vllm_generate_batch_size`` where each
-run's equals its own batch. Any other difference still makes it "not comparable".
-
-The column ``COLUMN`` is the arm's training time to the report's target over each matched control's.
+Two kinds of arm are controls, told apart by their run_config.json alone (docs/REPORT.md, "Comparing
+runs"): **uniform selection** (a DPPO arm with ``dppo.prompt_policy uniform``) and **GRPO at DPPO's
+budget** (a GRPO arm with a smaller ``rollout.batch_size``, :func:`budget_batch_size`). A DPPO arm is
+matched to the uniform arm with its own config but ``prompt_policy``, and to the budget arm nearest its
+mean rolled-out prompts per step, within ``BUDGET_TOLERANCE``. What a control may differ in by design:
+:func:`designed_keys`. ``COLUMN``: the arm's time to target over each matched control's.
 
     python -m openrlhf_dppo.report.controls --budget RUN_DIR   # prints the run's budget batch size
 """
@@ -103,8 +92,9 @@ def _scales_with_batch(key: str, run: Run, base: Run, slack: float) -> bool:
 
 
 def designed_keys(arm: Arm, baseline: Arm) -> frozenset[str]:
-    """The args the control arm differs in from the baseline by design (module docstring); empty for
-    an arm that is no control, and for the uniform arm, whose designed difference is a DPPO flag."""
+    """The args the budget arm differs in from the baseline by design: ``rollout.batch_size``, and
+    ``train.batch_size`` / ``train.num_episodes`` / ``rollout.vllm_generate_batch_size`` where they follow
+    the batch; empty for an arm that is no control, and for the uniform arm (a DPPO flag)."""
     if kind(arm, baseline) != BUDGET:
         return frozenset()
     run, base = arm.members[0].run, baseline.members[0].run  # the runs report.arms compares
@@ -156,7 +146,7 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def matches(report: Report, arm: Arm) -> list[tuple[str, Arm]]:
-    """[(kind, control arm)] for a DPPO arm that is no control itself (module docstring); [] else."""
+    """[(kind, control arm)] for a DPPO arm that is no control itself; [] else."""
     base = report.baseline
     if arm is base or kind(arm, base) is not None or not all(s.run.algo == "dppo" for s in arm.members):
         return []

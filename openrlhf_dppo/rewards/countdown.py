@@ -1,21 +1,11 @@
 """Reward for the countdown task (``openrlhf_dppo.tiny.countdown``), in OpenRLHF's reward_func contract.
 
-``--reward.remote_url openrlhf_dppo/rewards/countdown.py``; each query is the decoded prompt + completion.
-The score is reasoning-gym's ``CountdownDataset.score_answer`` (0.1.25) on the answer, the text after
-the last ``;`` of the completion and before ``<eos>``:
-
-  1.0   the expression uses exactly the given numbers and equals the target;
-  0.05  it parses but is wrong (other numbers, or another value);
-  0.01  nothing to score: truncated (no ``<eos>``), empty, or not an arithmetic expression.
-
-An answer with characters other than digits, ``+-*/()`` and spaces, or with ``**``, scores 0.01 without
-reaching the scorer, which evaluates the text with sympy (``9**9**9**9`` would never return); countdown
-has no power operator, so no right answer is lost.
-
-Returned: ``rewards`` = the score (continuous: partial credit); ``scores`` and ``extra_logs["accuracy"]``
-= 1.0 for a solved problem else 0.0 (what dynamic filtering sees). Held-out ``eval_*_pass1`` is the mean
-score, not the solve rate. A label that is not a countdown problem raises a ValueError that names the
-field and the format (``entry``).
+``--reward.remote_url openrlhf_dppo/rewards/countdown.py``. The score is reasoning-gym's
+``CountdownDataset.score_answer`` (0.1.25) on the text after the completion's last ``;``: 1.0 right,
+0.05 parses but wrong, 0.01 nothing to score (truncated, empty, not arithmetic, or characters other
+than digits, ``+-*/()`` and spaces, or ``**``: sympy would never return). Returned: ``rewards`` = the
+score; ``scores`` and ``extra_logs["accuracy"]`` = 1.0 for a solved problem else 0.0 (what dynamic
+filtering sees). A label that is not a countdown problem raises a ValueError naming the field (``entry``).
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The second embedded task: countdown with 3 or 4 numbers in 1..9, from reasoning-gym (0.1.25).
 
-reasoning-gym's ``countdown`` generator writes the problems (``GENERATOR``) and its ``score_answer``
-scores the answers (``openrlhf_dppo/rewards/countdown.py``): TinyZero's task made small enough for a
-1.6M-parameter character model.
-
-A prompt is ``"<numbers>><target>:"`` and the completion a scratchpad, one left-to-right step per
-operator, then ``;`` and the answer expression (15 to 37 characters):
-
-    "4,7,3>25:"  ->  "4*7=28,28-3=25;(4*7)-3"
-
-The row's ``label`` is the scorer's metadata as JSON (``{"numbers": [4, 7, 3], "target": 25}``) and
-``solution`` the scratchpad the warm start learns (``solve``; every generated problem has a left-fold
-solution, as reasoning-gym builds them so).
-
-Splits: ``N_DRAWS`` draws with the build seed; a problem is the multiset of its numbers and its target,
-duplicates are dropped, the rest shuffled with the seed and cut into the first task's disjoint splits
-(``task.SPLITS``), so no held-out problem is trained on in any order. Deterministic for a seed.
+reasoning-gym's ``countdown`` generator writes the problems (``GENERATOR``); its ``score_answer`` scores
+them (``openrlhf_dppo/rewards/countdown.py``). A prompt is ``"<numbers>><target>:"`` and the completion a
+scratchpad, then ``;`` and the answer: ``"4,7,3>25:"  ->  "4*7=28,28-3=25;(4*7)-3"``. A row's ``label`` is
+the scorer's metadata as JSON and ``solution`` the scratchpad the warm start learns (``solve``). Splits:
+``N_DRAWS`` draws, duplicates dropped, shuffled with the seed and cut into ``task.SPLITS``.
+Deterministic for a seed.
 """
 
 from __future__ import annotations

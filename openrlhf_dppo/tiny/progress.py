@@ -3,12 +3,9 @@
     python -m openrlhf_dppo.tiny.progress follow RUN_DIR --name grpo --steps 32 --eval-steps 10 --pid PID
     python -m openrlhf_dppo.tiny.progress summary RUN_DIR [RUN_DIR ...]
 
-``follow`` prints one line per finished step and evaluation while the training process ``PID`` lives
-(the full Ray log goes to a file); from the third step on, a step line ends with an estimate of the time
-left (``time_left``). ``summary`` leads with the held-out comparison and its noise (each
-eval point with its standard error; the seed spread where runs of one configuration differ only in the
-seed), using the compare report's rules (``openrlhf_dppo.report``): training time is the time axis and
-start-up is reported apart, so a start-up difference makes no speedup. Then step times and tokens.
+``follow`` prints one line per step and evaluation while ``PID`` lives, with the time left
+(``time_left``); ``summary`` gives the held-out comparison and its noise by the compare report's rules,
+then step times and tokens.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The embedded verifiable task: addition of two integers below 10**digits (default: two-digit).
 
-A prompt is ``"<a>+<b>="`` and the answer is the decimal sum, e.g. ``"47+85="`` -> ``"132"``. The problem
-space is every ordered pair ``0 <= a, b < 10**digits`` (10,000 problems for two digits). It is shuffled
-once with the build seed and cut into disjoint splits, so no prompt is in two of them by construction:
-
-  eval   held-out prompts, never trained on (neither in the RL pool nor in the warm-start data);
-  dev    a reading of the warm start (never trained on, so ``eval`` is never looked at);
-  train  the RL training pool;
-  warm   everything else: the supervised warm-start data.
-
-Difficulty spreads widely (a no-carry sum such as ``"3+4="`` is solved by the warm start, a double carry
-into a third digit such as ``"97+58="`` mostly is not), which is the spread that history-guided prompt
-pruning exploits. Pure Python, deterministic for a seed.
+A prompt is ``"<a>+<b>="`` and the answer the decimal sum (``"47+85="`` -> ``"132"``). The problem space,
+every ordered pair ``0 <= a, b < 10**digits``, is shuffled once with the build seed and cut into the
+disjoint splits ``eval`` (held out), ``dev`` (a reading of the warm start), ``train`` (the RL pool) and
+``warm`` (the supervised warm-start data). Pure Python, deterministic for a seed.
 """
 
 from __future__ import annotations

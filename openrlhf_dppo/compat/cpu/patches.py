@@ -1,17 +1,10 @@
-"""The one table of CPU patches: each patch's name, where it applies, what it installs there and why.
+"""The one table of CPU patches (``PATCHES``): each patch's name, where it applies, what it installs and why.
 
-Where a patch applies:
-  driver       the process that calls ``apply()`` (it imports the same host modules as the workers);
-  ray_worker   every Ray worker process (trainer, actor, reference, vLLM engine actors), through the
-               ``worker_process_setup_hook`` that ``apply()`` puts in Ray's runtime_env;
-  vllm_engine  the worker processes vLLM spawns itself, reached only through the ``worker_cls`` we
-               hand it (``openrlhf_dppo.compat.vllm_worker.CPUEngineWorker``, which installs them when
-               vLLM builds the worker, before the model loads).
-
-In ``Patch.where`` a site maps to the function installed there at start-up, or to None where the
-patch is applied later by code at that site that asks ``enabled(name)`` (the ``ray.init`` wrapper, the
-vLLM worker extension). Any patch can be switched off for diagnosis by keyword
-(``apply(gloo_weight_sync=False)``) or by environment (``OPENRLHF_DPPO_CPU_DISABLE=name,name``).
+Sites: ``driver`` (the process that calls ``apply()``), ``ray_worker`` (every Ray worker, through the
+``worker_process_setup_hook``), ``vllm_engine`` (vLLM's own worker processes, through
+``compat.vllm_worker.CPUEngineWorker``). ``Patch.where`` maps a site to the function installed there at
+start-up, or to None where code at that site asks ``enabled(name)`` later. Any patch can be switched off
+by keyword (``apply(gloo_weight_sync=False)``) or by ``OPENRLHF_DPPO_CPU_DISABLE=name,name``.
 """
 
 from __future__ import annotations

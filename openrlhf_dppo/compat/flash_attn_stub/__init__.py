@@ -1,14 +1,9 @@
-"""A pure-torch stand-in for the two flash-attn modules OpenRLHF 0.11.2 imports.
+"""A pure-torch stand-in for the two flash-attn modules OpenRLHF 0.11.2 imports at module level
+(``flash_attn.bert_padding``, ``flash_attn.utils.distributed``), which cannot be built without CUDA.
 
-OpenRLHF imports ``flash_attn.bert_padding`` (``index_first_axis``, ``pad_input``, ``unpad_input``,
-``rearrange``) and ``flash_attn.utils.distributed`` (``all_gather``) at module level in
-``openrlhf.models.ring_attn_utils``, which the actor model imports. flash-attn cannot be built
-without CUDA, so on a CPU machine none of OpenRLHF's trainer modules would import.
-
-``install()`` puts the directory holding our ``flash_attn`` package at the END of ``sys.path`` and
-only when no real ``flash_attn`` can be found, so an installed flash-attn always wins. The stand-in has
-no attention kernels: code that needs them (``attn_implementation="flash_attention_2"``) still fails,
-which is intended — on CPU we use sdpa.
+``install()`` puts the directory holding our ``flash_attn`` package at the END of ``sys.path``, and only
+when no real ``flash_attn`` can be found, so an installed flash-attn always wins. It has no attention
+kernels (``flash_attention_2`` still fails; on CPU we use sdpa).
 """
 
 from __future__ import annotations
