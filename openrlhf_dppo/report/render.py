@@ -11,55 +11,11 @@ from openrlhf_dppo.report.tables import all_tables, summary_table
 
 METHOD_NOTES = """\
 ## How the numbers are computed
-- **Arms** are configurations; their runs are the seeds. Runs are grouped by their run_config.json
-  (equal but for `train.seed` / `dppo.seed` and per-run paths) or named with `--arm NAME=GLOB`.
-  Every number per arm is the mean over its seeds, with the spread: ± sample standard deviation and
-  (min–max). A difference between two arms no larger than the larger of their standard deviations is
-  called "within the seed spread"; with one seed per arm no spread is available.
-- **Training time** is the time axis: `time/train_s`, the sum of `timing/step_total` from the first
-  step on (older runs: the cumulative `timing/step_total`). Start-up (`time/startup_s`, process start
-  to the first step) and evaluation (`timing/eval`) are reported on their own and are in no time axis,
-  so a start-up difference cannot make a speedup.
-- **Held-out accuracy** is `eval_<dataset>_pass1` ({heldout}) on the eval prompts. Each run's curve is
-  replaced by its running median over {window} neighbouring eval points, centred; where a centred window
-  would start before the first point there is no smoothed value (a window moved forward would let the
-  first point show later evals), and at the end the window is the last {window} points (it looks back
-  only). A single noisy evaluation can neither lift the curve over the target nor set the final value.
-  **Final accuracy** = the smoothed value at the last eval point: the median of the last {window} evals
-  (their steps and the last reading are in the summary). The SE of one eval point is
-  sqrt(p (1 - p) / n), n = eval prompts x samples (per prompt at temperature 0).
-- **Time to target** = the first training time at which the smoothed curve reaches the target,
-  interpolated linearly between eval points; per arm on the mean curve over seeds (mean accuracy and
-  mean training time at each eval step all seeds share); a seed that never reaches it is counted
-  ("k of n"), never dropped; a curve at the target from its first smoothed point has no crossing, only
-  a bound (warned for every arm). Target: {target} ({target_source}).
-- **Matched-accuracy ratio** = an arm's training time to the target / the baseline's (below 1: faster).
-- **Vs the same budget, chosen at random** = a DPPO arm's training time to the target / that of its
-  control, an arm that spends its budget at random (`openrlhf_dppo/report/controls.py`): uniform
-  selection (`--dppo.prompt_policy uniform`, its flags otherwise) or GRPO at DPPO's budget (GRPO with a
-  `--rollout.batch_size` within 10% of the arm's mean rolled-out prompts per step, the nearest of
-  several); "no control run" where the report has none.
-- **Step-time speedup** = mean over the baseline's seeds of the median `timing/step_total` / the same
-  for the arm (medians over the steps after the first {warmup} warm-up step(s)).
-- **Ideal speedup** = 1 / (g (f + (1 - f)(1 - r_o))), the limit of pruning alone
-  (`openrlhf_dppo/report/speedup.py`, item 3: 1 - r_q there is the rollout a step does; packing
-  gains come on top).
-  f = median `timing/generation` / median `timing/step_total` of the baseline; g = the arm's mean
-  `samples/generated` per step / the baseline's (1 - r_q where not logged; above 1 for an arm that rolls
-  out more than the baseline, as dynamic filtering does); r_q = 1 - mean `dppo/prompt_keep_frac`,
-  r_o = 1 - mean `dppo/completion_keep_frac` of the arm after warm-up (configured rates shown as `cfg`);
-  where that is not logged, 1 - `samples/trained` / `samples/generated`: for GRPO + dynamic filtering the
-  fraction of generated completions its filter dropped (`tokens/filtered`), which the work table marks
-  "filtered, not pruned".
-- **Lossless limit** = 1 / (sum_i T_i (1 - u_i) / sum_i T_i) over the baseline's steps after warm-up,
-  mean over its seeds: u_i = `rollout/equal_reward_frac_ht`, the share of step i's groups whose rewards
-  are all equal (advantage 0 under a group estimator, no policy gradient), T_i = `timing/step_total`.
-  Skipping only those groups leaves the baseline's gradient exactly as it was; an arm whose steps are
-  faster than this trains on fewer gradient-carrying groups a step, and whether that costs accuracy per
-  step depends on the task (the held-out curves by step say). "—" where the baseline does not log it.
-- **Training reward**: `rollout/reward_ht` where logged (the Horvitz-Thompson estimate of the drawn
-  batch's mean reward; GRPO's equals its `rollout/reward_mean`), else `rollout/reward_mean`; trailing
-  mean over {smooth} steps. It is no held-out measure: the headline does not use it.
+Every rule is docs/REPORT.md's ("How the numbers are computed"). This report's settings: held-out
+accuracy `eval_<dataset>_pass1` ({heldout}), each run's curve the running median over {window} eval points
+(the final accuracy: the median of the last {window}); target {target} ({target_source}); step times are
+medians after the first {warmup} warm-up step(s); the training reward is `rollout/reward_ht` (else
+`rollout/reward_mean`), a trailing mean over {smooth} steps, in no headline.
 """
 
 
