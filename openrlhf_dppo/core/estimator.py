@@ -67,16 +67,11 @@ def token_whitening(
     """(m, 1/s): REINFORCE++-baseline's token-level batch mean and inverse std, estimated from a sample.
 
     values: (N,) per-token returns of the trained completions' response tokens, flattened.
-    weight: (N,) each token's Horvitz-Thompson weight, 1 / (q_j p_ji) of its completion (0 for a
-      zero-weight filler or a masked position).
+    weight: (N,) each token's Horvitz-Thompson weight, 1 / (q_j p_ji) (0 for a filler or a masked position).
     returns: two 0-dim float64 tensors on ``values.device``: m = sum(w v) / sum(w) and
-      1/s = clamp(sum(w (v - m)**2) / sum(w), 1e-8)**-1/2 (1 without ``std_norm``).
-
-    With every weight 1 (nothing pruned) these are OpenRLHF's statistics over the whole batch exactly. Under
-    pruning the full batch's token sums are estimated by Horvitz-Thompson (each unbiased); m and s are
-    ratios of such sums, so they are consistent (their error falls as 1/sqrt(batch)), not exactly unbiased.
-    Given m and s, the reweighted gradient is unbiased for the full batch's at that (m, s): the exact part.
-    A sample with no positive weight (only fillers) returns (0, 1).
+      1/s = clamp(sum(w (v - m)**2) / sum(w), 1e-8)**-1/2 (1 without ``std_norm``); (0, 1) when no weight
+      is positive. With every weight 1 these are OpenRLHF's statistics exactly; under pruning they are
+      ratios of unbiased sums, so consistent (docs/METHOD.md, "When it is unbiased").
     """
     if values.shape != weight.shape or values.dim() != 1:
         raise ValueError(
@@ -227,20 +222,13 @@ def keep_metrics(
 def reward_stats(rewards: torch.Tensor, q: torch.Tensor | None = None, num_drawn: int | None = None) -> dict:
     """Training-reward statistics of one step (docs/METHOD.md, "The logged training reward").
 
-    rewards: (n, G) RAW rewards (the reward function's, before any length penalty) of the n rolled-out
-      prompts' groups, G completions each.
-    q: (n,) the probability each rolled-out prompt was kept with (None: every q = 1, as in GRPO).
-    num_drawn: B_drawn >= n, the prompts drawn before prompt pruning (None: n).
-    returns: ``rollout/reward_mean`` and ``rollout/reward_std`` (unbiased) over the n * G rollouts, and
-      the Horvitz-Thompson estimate of the DRAWN batch's mean reward
-          ``rollout/reward_ht`` = (1 / B_drawn) * sum_j (1 / q_j) * mean_i r_ji,
-      computed as sum_j (sum_i r_ji / q_j) / (B_drawn * G) in float64, and the mean as
-      sum_j (sum_i r_ji) / (n * G): with every q = 1 and B_drawn = n the two are the same float;
-      ``rollout/equal_reward_frac``, the share of the n groups whose G rewards are all equal (under a
-      group estimator every advantage of such a group is 0, so it has no policy gradient), and its
-      Horvitz-Thompson estimate for the drawn batch, ``rollout/equal_reward_frac_ht`` =
-      (1 / B_drawn) * sum_j e_j / q_j with e_j = 1 for such a group: the share of GRPO's batch that
-      an oracle could skip without changing the policy gradient.
+    rewards: (n, G) RAW rewards of the n rolled-out prompts' groups.  q: (n,) each rolled-out prompt's
+      keep probability (None: every q = 1, as in GRPO).  num_drawn: B_drawn >= n (None: n).
+    returns: ``rollout/reward_mean`` and ``rollout/reward_std`` (unbiased) over the n * G rollouts;
+      ``rollout/reward_ht`` = sum_j (sum_i r_ji / q_j) / (B_drawn * G), in float64 (with every q = 1 and
+      B_drawn = n the same float as the mean); ``rollout/equal_reward_frac``, the share of the n groups
+      whose G rewards are all equal, and its estimate for the drawn batch, ``rollout/equal_reward_frac_ht``
+      = (1 / B_drawn) * sum_j e_j / q_j.
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must have shape (n, G), got {tuple(rewards.shape)}")

@@ -20,6 +20,7 @@ import sys
 
 from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.report.comparability import CONTROL_CATEGORY, Difference, arm_key, by_design, flatten
+from openrlhf_dppo.report.curves import mean_of_all
 from openrlhf_dppo.report.model import Arm, Comparison, Report
 from openrlhf_dppo.report.run import Run, load_run, number
 
@@ -140,11 +141,6 @@ def _selection_key(arm: Arm) -> str:
     return json.dumps({k: v for k, v in key.items() if k not in POLICY_KEYS}, sort_keys=True, default=str)
 
 
-def _mean(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.fmean(known) if len(known) == len(values) and known else None
-
-
 def matches(report: Report, arm: Arm) -> list[tuple[str, Arm]]:
     """[(kind, control arm)] for a DPPO arm that is no control itself; [] else."""
     base = report.baseline
@@ -156,10 +152,10 @@ def matches(report: Report, arm: Arm) -> list[tuple[str, Arm]]:
     uniform = [a for k, a in controls if k == UNIFORM and _selection_key(a) == own]
     if uniform:
         out.append((UNIFORM, uniform[0]))
-    spent = _mean([rolled_out_per_step(s.run) for s in arm.members])
+    spent = mean_of_all([rolled_out_per_step(s.run) for s in arm.members])
     budget = []
     for k, a in controls:
-        size = _mean([batch_size(s.run) for s in a.members])
+        size = mean_of_all([batch_size(s.run) for s in a.members])
         if k == BUDGET and spent and size is not None and abs(size - spent) <= BUDGET_TOLERANCE * spent:
             budget.append((abs(size - spent), a))
     if budget:

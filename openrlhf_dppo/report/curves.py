@@ -178,9 +178,10 @@ class Curve:
         )
 
 
-def _mean_or_none(values: Sequence[float | None]) -> float | None:
+def mean_of_all(values: Sequence[float | None]) -> float | None:
+    """The mean, or None when there is no value or any value is None."""
     known = [v for v in values if v is not None]
-    return statistics.fmean(known) if len(known) == len(values) else None
+    return statistics.fmean(known) if len(known) == len(values) and known else None
 
 
 def mean_curve(curves: Sequence[Curve]) -> tuple[Curve | None, list[Curve]]:
@@ -197,7 +198,7 @@ def mean_curve(curves: Sequence[Curve]) -> tuple[Curve | None, list[Curve]]:
         common,
         [statistics.fmean(c.times[i] for c in cut) for i in range(len(common))],
         [statistics.fmean(c.raw[i] for c in cut) for i in range(len(common))],
-        [_mean_or_none([c.smoothed[i] for c in cut]) for i in range(len(common))],
+        [mean_of_all([c.smoothed[i] for c in cut]) for i in range(len(common))],
         cut[0].n_samples,
         cut[0].window,
     )

@@ -113,16 +113,11 @@ def apply(
 ) -> bool:
     """Make OpenRLHF's Ray pipeline run on CPU; returns False (a no-op) unless this is a CPU run.
 
-    ``fake_gpus``: GPU resources Ray advertises; ``stand_in_gpus(args)`` is what a run needs (every
-    model group and engine on GPUs of its own).
+    ``fake_gpus``: GPU resources Ray advertises (``stand_in_gpus(args)`` is what a run needs).
     ``stall_s`` / ``startup_s``: watchdog limits (env ``OPENRLHF_DPPO_WATCHDOG_S``, default 600 / 900).
-    ``precision``: the run's ``--ds.param_dtype`` ("bf16" | "fp16" | "fp32"), printed with the CPU facts
-    it was chosen from and put in ``OPENRLHF_DPPO_CPU_PRECISION`` for the engine dtype (None: OpenRLHF's
-    bfloat16 engine, the variable untouched).
-    ``choice``: where the run's workers compute, as the caller decided it (``decide()``); None: decided
-    here (a driver that sees CUDA is a CUDA run). Anything but a CPU run leaves everything as it is.
-    ``switches``: ``name=False`` turns a patch off, ``name=True`` on despite the environment (names
-    in ``PATCHES``).
+    ``precision``: the run's ``--ds.param_dtype``, put in ``OPENRLHF_DPPO_CPU_PRECISION`` for the engine
+    (None: OpenRLHF's bfloat16 engine). ``choice``: where the workers compute (``decide()``; None: decided
+    here). ``switches``: ``name=False`` / ``name=True`` turns a patch of ``PATCHES`` off / on.
     """
     check_names(switches)
     choice = decide(cuda_available=cuda_available) if choice is None else choice
