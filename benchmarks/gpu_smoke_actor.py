@@ -13,7 +13,7 @@ What runs is the real policy-actor path of a training step, minus generation:
    the optimizer and scheduler, ``DPPOActorTrainer`` with the DPPO replay buffer), then per arm
    ``append`` and ``fit`` (OpenRLHF's ``ppo_train``: the experiences go to the training device, then
    ``training_step`` per micro-batch);
-4. arm ``grpo``: B x G sequences without a plan (what ``--dppo.enable false`` trains: OpenRLHF's
+4. arm ``grpo``: B x G sequences without a plan (what ``--dppo.method grpo`` trains: OpenRLHF's
    dynamic batches); arm ``dppo``: a seeded half of them with sample weight 2 folded into the
    advantages and the dispatch plan of ``openrlhf_dppo.adapters.dispatch.build_dispatch`` (full-batch
    normalisers).

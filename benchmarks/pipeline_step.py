@@ -105,12 +105,12 @@ def run_command(args) -> list[str]:
         "--ckpt.output_dir", str(out), "--ckpt.path", str(out / "ckpt"),
     ]  # fmt: skip
     if args.rates == ["none"]:
-        cmd += ["--dppo.enable", "false"]
+        cmd += ["--dppo.method", "grpo"]
     else:
         r_q, r_o = (float(x) for x in args.rates)
         cmd += [
-            "--dppo.enable",
-            "true",
+            "--dppo.method",
+            "dppo",
             "--dppo.prompt_rate_control",
             "fixed",
             "--dppo.prompt_prune_rate",

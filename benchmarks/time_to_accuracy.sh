@@ -2,7 +2,7 @@
 # Time to held-out accuracy, several seeds per arm, on an embedded tiny task (TASK: addition, the default,
 # or countdown; docs/REPORT.md). The arms, each run through examples/scripts/train_tiny_cpu.sh, which keeps
 # every setting equal across arms but the algorithm flags (same packing, eval schedule, seed):
-#   grpo     GRPO (--dppo.enable false), the baseline
+#   grpo     GRPO (--dppo.method grpo), the baseline
 #   zero-share  DPPO at its defaults: the prompt prune rate follows the measured share of groups without
 #            gradient (--dppo.prompt_rate_control zero-share; R_Q, 0.5, is only the first step's rate), no
 #            completion pruning (R_O=0; completions with zero advantage are still dropped, exactly)

@@ -121,7 +121,7 @@ def curve_run(
         rows.append(line)
     args = json.loads(json.dumps(BASE_ARGS))
     args["train"]["seed"] = seed
-    dppo = {"enable": algo == "dppo", "prompt_prune_rate": 0.5 if algo == "dppo" else 0.0, "seed": seed}
+    dppo = {"method": algo, "prompt_prune_rate": 0.5 if algo == "dppo" else 0.0, "seed": seed}
     dppo["completion_prune_rate"] = dppo["prompt_prune_rate"]
     args["dppo"] = dict(dppo)
     return write_run(path, rows, algo=algo, args=args, dppo=dppo, status={"state": "finished", "step": steps})
@@ -145,7 +145,7 @@ def write_run(
         "openrlhf_version": "0.11.2",
         "argv": ["train", str(path)],
         "args": json.loads(json.dumps(args or BASE_ARGS)),
-        "dppo": dppo or {"enable": algo == "dppo", "prompt_prune_rate": 0.0, "completion_prune_rate": 0.0},
+        "dppo": dppo or {"method": algo, "prompt_prune_rate": 0.0, "completion_prune_rate": 0.0},
         "algo": algo,
         "hardware": hardware or HARDWARE,
         "start_time": 1_700_000_000.0,

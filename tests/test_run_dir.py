@@ -38,7 +38,7 @@ def clock(monkeypatch):
 
 def _config(run: R.RunDir, start_time: float) -> None:
     args = SimpleNamespace(train=SimpleNamespace(seed=1))
-    run.write_config(args, SimpleNamespace(asdict=lambda: {"enable": False}), "grpo", ["x"], start_time)
+    run.write_config(args, SimpleNamespace(asdict=lambda: {"method": "grpo"}), "grpo", ["x"], start_time)
 
 
 def _steps(run: R.RunDir, clock: Clock, steps, step_total: float = 2.0) -> None:

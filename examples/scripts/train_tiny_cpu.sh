@@ -48,8 +48,8 @@ if [ -n "${MODE:-}" ]; then  # the --dppo.mode preset is gone: its values are DP
 fi
 DPPO_FLAGS=(${R_Q:+--dppo.prompt_prune_rate "$R_Q"} ${R_O:+--dppo.completion_prune_rate "$R_O"})
 case "$ALGO" in
-  grpo) ALGO_FLAGS=(--dppo.enable false) ;;
-  dppo) ALGO_FLAGS=(--dppo.enable true ${DPPO_FLAGS[@]+"${DPPO_FLAGS[@]}"} --dppo.seed "$SEED") ;;
+  grpo) ALGO_FLAGS=(--dppo.method grpo) ;;
+  dppo) ALGO_FLAGS=(--dppo.method dppo ${DPPO_FLAGS[@]+"${DPPO_FLAGS[@]}"} --dppo.seed "$SEED") ;;
   *) echo "ALGO must be grpo or dppo, got '$ALGO'" >&2; exit 2 ;;
 esac
 

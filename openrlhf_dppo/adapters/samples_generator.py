@@ -1,5 +1,5 @@
 """The step's rollouts: prompt pruning (docs/METHOD.md, "Prompt keep probabilities") before vLLM sees
-the prompts, and what the step's accounting needs from generation. Both arms; with ``--dppo.enable false`` it only observes.
+the prompts, and what the step's accounting needs from generation. Both arms; with ``--dppo.method grpo`` it only observes.
 
 Seams (``SamplesGenerator``):
 - ``generate_samples()``: OpenRLHF's loop calls it once per step. It makes the step's ``StepContext``
@@ -51,7 +51,7 @@ class DPPOSamplesGenerator(SamplesGenerator):
     def __init__(self, *args, dppo, history=None, step_limit: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.dppo = dppo
-        if history is None and dppo.enable:  # DPPO's prompt history over the prompt dataset, unless given
+        if history is None and dppo.method == "dppo":  # DPPO's prompt history over the dataset, unless given
             history = PromptHistory(len(self.prompts_dataloader.dataset))
         self.history = history  # PromptHistory (DPPO) or None
         self.step_limit = step_limit  # --dppo.max_steps (None: OpenRLHF's episodes decide)
@@ -87,7 +87,7 @@ class DPPOSamplesGenerator(SamplesGenerator):
     def _history(self):
         """The prompt history; DPPO keeps one (and its state is saved and restored) only when enabled."""
         if self.history is None:
-            raise RuntimeError("no DPPO state without a prompt history: DPPO is off (--dppo.enable false)")
+            raise RuntimeError("no DPPO state without a prompt history: DPPO is off (--dppo.method grpo)")
         return self.history
 
     # ---- one step ---------------------------------------------------------------------------------
@@ -99,7 +99,7 @@ class DPPOSamplesGenerator(SamplesGenerator):
         if self.step_limit is not None and self.steps >= self.step_limit:
             return Rollouts(), None, 0, True
         ctx = StepContext(step=self.steps + 1)
-        if self.dppo.enable:
+        if self.dppo.method == "dppo":
             samples, pass_rate, consumed, exhausted = self._one_draw(ctx, **generate_kwargs)
         else:
             samples, pass_rate, consumed, exhausted = super().generate_samples(

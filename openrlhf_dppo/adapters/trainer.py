@@ -16,7 +16,7 @@ OpenRLHF's ``fit`` loop runs it (the step's ``StepContext`` rides on the rollout
    (``step.check_accounting``), the all-equal share goes to the rate control, and
    ``save_logs_and_checkpoints`` writes one metrics.jsonl line and the DPPO state into the checkpoint.
 
-With ``--dppo.enable false`` the generator only observes and OpenRLHF's experience maker
+With ``--dppo.method grpo`` the generator only observes and OpenRLHF's experience maker
 (``CountingExperienceMaker``) and training step run; a rollout batch of fewer rollouts than data-parallel
 ranks goes to no rank and is counted as untrained (``_unspread_step``). The config and run metadata are the
 CLI's (``DPPOConfig``, ``RunMeta``), passed to the constructor by ``adapters.install``. ``fit`` writes
@@ -74,16 +74,15 @@ class DPPOSteps(_BasePPOTrainer):
         run_path = run.run_dir or args.ckpt.output_dir
         shown_max = self.step_limit if self.step_limit is not None else planned_steps
         self.run_dir = RunDir(os.path.abspath(run_path), max_steps=shown_max)
-        algo = "dppo" if dppo.enable else "grpo"
-        self.run_dir.write_config(args, dppo, algo, run.argv, run.start_time, machine=run.machine)
+        self.run_dir.write_config(args, dppo, dppo.method, run.argv, run.start_time, machine=run.machine)
         self._last_step = 0  # the last step trained (from the checkpoint on a resume)
 
     def _make_experience_maker(self, history):
         """DPPO's maker (``history``: the prompt history it updates, or None where the generator keeps it)
-        or, with ``--dppo.enable false``, OpenRLHF's with the counts."""
+        or, with ``--dppo.method grpo``, OpenRLHF's with the counts."""
         maker_args = (self.actor_model_group, self.critic_model_group, self.reward_model_group,
                       self.reference_model_group, self.kl_ctl, self.strategy, self.tokenizer)  # fmt: skip
-        if self.dppo.enable:
+        if self.dppo.method == "dppo":
             return DPPOExperienceMaker(*maker_args, dppo=self.dppo, history=history)
         return CountingExperienceMaker(*maker_args, short_batch=self.dppo.short_batch)
 
@@ -97,7 +96,7 @@ class DPPOSteps(_BasePPOTrainer):
         G = self.args.rollout.n_samples_per_prompt
         rolled_out = list(rollout_samples) + ctx.filtered
         stats = rollout_stats(rolled_out, G, ctx)
-        if self.dppo.enable:  # OpenRLHF calls balance_experiences by its module-global name (see adapters)
+        if self.dppo.method == "dppo":  # OpenRLHF calls balance_experiences by its module-global name
             with swap_attr(ppo_trainer, "balance_experiences", planned_balance):
                 status, step = super().train_step(rollout_samples, global_step)
         elif len(rollout_samples) < effective_dp_size(self.args):
@@ -106,7 +105,7 @@ class DPPOSteps(_BasePPOTrainer):
             status, step = super().train_step(rollout_samples, global_step)
         if stats is not None:  # the raw rewards (OpenRLHF's statistics follow the length penalties)
             status.update(stats)
-            if self.dppo.enable:  # --dppo.prompt_rate_control zero-share sets the next draws' rate from it
+            if self.dppo.method == "dppo":  # zero-share rate control: the next draws' rate comes from it
                 self._observe_rates(stats)
         elif rd.REWARD_MEAN in status:  # a reward model scored the batch: OpenRLHF's statistics, q = 1
             status[rd.REWARD_HT] = status[rd.REWARD_MEAN]
@@ -138,7 +137,7 @@ class DPPOSteps(_BasePPOTrainer):
             logs_dict[rd.TOKENS_PER_SEC] = logs_dict[rd.TOKENS_GENERATED] / total
         if logs_dict:
             self.run_dir.log("train", global_step, logs_dict)
-        if client_states is not None and self.dppo.enable and DPPO_STATE not in client_states:
+        if client_states is not None and self.dppo.method == "dppo" and DPPO_STATE not in client_states:
             client_states[DPPO_STATE] = self.dppo_state_dict()
         super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
         self._last_step = global_step
@@ -227,7 +226,7 @@ class _DPPOTrainer(DPPOSteps, _PPOTrainerBase):
         """OpenRLHF's checkpoint states, read once per run (``fit`` needs them before OpenRLHF's loop)."""
         if self._checkpoint_states is None:
             states = super().init_checkpoint_states()
-            if self.dppo.enable and DPPO_STATE in states:
+            if self.dppo.method == "dppo" and DPPO_STATE in states:
                 self.load_dppo_state(states[DPPO_STATE])
             self._resume_run(states)
             self.samples_generator.steps = self._last_step  # the next rollouts are step _last_step + 1

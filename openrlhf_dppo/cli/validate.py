@@ -64,11 +64,12 @@ def validate(flags: dict, check_inputs: bool = True):
         cfg, run = build_options(dppo_values_from_flags(flags))
     except DPPOConfigError as err:
         raise FlagError(f"--dppo.{err.field}", f"{err.value!r}: {err.reason}") from err
-    if cfg.enable:
+    dppo = cfg.method == "dppo"  # DPPO's draw, maker and packed plan (grpo: OpenRLHF's, observed)
+    if dppo:
         check_dppo_requirements(flags)
     check_host_asserts(flags)  # first: it refuses a ring or tensor-parallel size below 1 by name
-    check_limits(flags, dppo=cfg.enable)
-    check_steps_per_batch(flags, dppo=cfg.enable, short_batch=cfg.short_batch)
+    check_limits(flags, dppo=dppo)
+    check_steps_per_batch(flags, dppo=dppo, short_batch=cfg.short_batch)
     if check_inputs:
         check_input_files(flags)
         check_output_dirs(flags)
@@ -126,8 +127,8 @@ def check_dppo_requirements(flags: dict) -> None:
             "--actor.aux_loss_coef",
             f"{coef}: the MoE load-balancing loss is one term per micro-batch (router statistics over all its "
             "tokens), not a sum over sequences, so it cannot carry DPPO's per-sequence weights 1/(q p) and "
-            "the pruned objective would be biased. Use --actor.aux_loss_coef 0 with DPPO (or --dppo.enable "
-            "false for the GRPO baseline).",
+            "the pruned objective would be biased. Use --actor.aux_loss_coef 0 with DPPO (or --dppo.method "
+            "grpo for the GRPO baseline).",
         )
 
 

@@ -16,6 +16,9 @@ from openrlhf_dppo.core.history import RATE_CONTROLS, ZERO_SHARE_CAP
 from openrlhf_dppo.core.keep_probs import PROMPT_POLICIES
 
 SHORT_BATCH_RULES = ("drop", "train")
+#: the values of --dppo.method: grpo (OpenRLHF's GRPO, observed) and dppo (this method); each code path that
+#: differs by method tests ``method == "<name>"``, so a method is added by its name here and its branches
+METHODS = ("grpo", "dppo")
 
 
 class DPPOConfigError(ValueError):
@@ -49,11 +52,13 @@ class DPPOConfig:
     """DPPO settings (docs/METHOD.md). Rates are pruning rates: the keep fraction is 1 - rate. The meaning
     of each field is its ``help`` metadata (``python -m openrlhf_dppo.cli.flags_table`` prints them)."""
 
-    enable: bool = option(
-        True,
-        "true: DPPO; false: OpenRLHF's GRPO (its samples generator, experience maker and training step), "
-        "with group statistics in float64, an evaluation before step 1 when evaluation is on, the run "
-        "directory, and without --train.dynamic_batch_enable a rank's partial last micro-batch refused",
+    method: str = option(
+        "dppo",
+        "the training method: grpo: OpenRLHF's GRPO (its samples generator, experience maker and training "
+        "step), with group statistics in float64, an evaluation before step 1 when evaluation is on, the run "
+        "directory, and without --train.dynamic_batch_enable a rank's partial last micro-batch refused; dppo: "
+        "DPPO, prompt and completion pruning by the --dppo.* settings that follow",
+        choices=METHODS,
     )
     prompt_prune_rate: float = option(
         0.5,
@@ -104,8 +109,6 @@ class DPPOConfig:
     )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enable, bool):
-            _reject("enable", self.enable, "expected true or false")
         for f in dataclasses.fields(self):
             valid = field_choices(f)
             if valid is not None and getattr(self, f.name) not in valid:
@@ -152,7 +155,8 @@ class DPPOConfig:
     def notices(self) -> list[str]:
         """What these settings leave unpruned that a user may not expect, one line each (printed at start)."""
         fixed = self.prompt_rate_control == "fixed"
-        if self.enable and fixed and self.prompt_prune_rate == 0 and self.completion_prune_rate == 0:
+        unpruned = fixed and self.prompt_prune_rate == 0 and self.completion_prune_rate == 0
+        if self.method == "dppo" and unpruned:
             return [
                 "DPPO prunes no prompt and no completion at these settings (only completions of advantage 0, "
                 "exactly, when no KL or entropy term moves them): set --dppo.prompt_prune_rate or "
@@ -172,10 +176,12 @@ class DPPOConfig:
     def from_namespace(cls, ns) -> DPPOConfig:
         """Build from an argparse-like namespace (or a dict). If ``ns`` has a ``dppo`` attribute (the
         nested OpenRLHF-style args), that is used. Keys that are not fields are ignored; missing
-        fields take their defaults."""
+        fields take their defaults. An old run's ``enable`` (true/false, no ``method``) is dppo/grpo."""
         if not isinstance(ns, dict) and hasattr(ns, "dppo"):
             ns = ns.dppo
-        values = ns if isinstance(ns, dict) else vars(ns)
+        values = dict(ns if isinstance(ns, dict) else vars(ns))
+        if "method" not in values and isinstance(values.get("enable"), bool):
+            values["method"] = "dppo" if values["enable"] else "grpo"
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names and v is not None})
 

@@ -6,7 +6,9 @@ do without (the directory, ``run_config.json``, and ``metrics.jsonl`` unless sta
 running: a clear :class:`RunDirError` naming the missing file) and lenient about what a run still in
 progress may lack (``metrics.jsonl`` before its first step, ``status.json``; ``eval_results.json`` is
 optional for every run). Lines of ``metrics.jsonl`` are read by ``run_dir.read_metrics``, the reader every
-consumer uses: a half-written last line is skipped and named in ``Run.notes``. Standard library only.
+consumer uses: a half-written last line is skipped and named in ``Run.notes``. A run_config.json written
+before ``--dppo.method`` (``enable`` true/false) is read as dppo/grpo (``upgrade_config``). Standard
+library only.
 """
 
 from __future__ import annotations
@@ -19,7 +21,16 @@ from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.run_dir import EVAL_RESULTS, METRICS, RUN_CONFIG, STATUS, RunDirError, number
 from openrlhf_dppo.run_dir import read_json_object as _read_json
 
-__all__ = ["Run", "RunDirError", "load_run", "number", "run_names", "series", "stopped_early"]
+__all__ = [
+    "Run",
+    "RunDirError",
+    "load_run",
+    "number",
+    "run_names",
+    "series",
+    "stopped_early",
+    "upgrade_config",
+]
 
 
 @dataclass
@@ -53,11 +64,8 @@ class Run:
 
     @property
     def algo(self) -> str:
-        algo = self.config.get("algo")
-        if algo:
-            return str(algo)
-        dppo = self.config.get("dppo") or {}
-        return "dppo" if dppo.get("enable") else "grpo"
+        algo = self.config.get("algo") or (self.config.get("dppo") or {}).get("method")
+        return str(algo) if algo else "grpo"
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """(steps, values) of a training metric over the steps that carry it as a finite number."""
@@ -127,7 +135,7 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
             f"{run_dir}: missing {RUN_CONFIG} (is this a run directory written by openrlhf-dppo train?)"
         )
     notes: list[str] = []
-    config = _read_json(run_dir / RUN_CONFIG)
+    config = upgrade_config(_read_json(run_dir / RUN_CONFIG))
     status = _read_json(run_dir / STATUS) if (run_dir / STATUS).is_file() else None
     if (run_dir / METRICS).is_file():
         train, evals = _read_metrics(run_dir / METRICS, notes)
@@ -154,6 +162,34 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
         eval_results=eval_results,
         notes=notes,
     )
+
+
+def upgrade_config(config: dict[str, Any]) -> dict[str, Any]:
+    """run_config.json in the current trainer's terms. A run written before ``--dppo.method`` has
+    ``enable`` (true/false) in its ``dppo`` config and its args: it becomes ``method`` dppo/grpo in place
+    of ``enable`` (and ``algo`` where it is missing), so an old and a new run of one arm compare equal.
+    ``argv`` is left as it was run."""
+    config = dict(config)
+    if isinstance(config.get("dppo"), dict):
+        config["dppo"] = _enable_to_method(config["dppo"], "enable", "method")
+        if not config.get("algo") and config["dppo"].get("method"):
+            config["algo"] = config["dppo"]["method"]
+    args = config.get("args")
+    if isinstance(args, dict):
+        args = _enable_to_method(args, "dppo.enable", "dppo.method")  # a flat namespace
+        if isinstance(args.get("dppo"), dict):
+            args = {**args, "dppo": _enable_to_method(args["dppo"], "enable", "method")}
+        config["args"] = args
+    return config
+
+
+def _enable_to_method(values: dict[str, Any], old: str, new: str) -> dict[str, Any]:
+    """``values`` with ``old`` (true/false) replaced, at its place, by ``new`` = dppo/grpo; unchanged when
+    it holds ``new`` already or no boolean ``old``."""
+    if new in values or not isinstance(values.get(old), bool):
+        return values
+    method = "dppo" if values[old] else "grpo"
+    return {(new if k == old else k): (method if k == old else v) for k, v in values.items()}
 
 
 def run_names(paths: list[str | Path]) -> list[str]:

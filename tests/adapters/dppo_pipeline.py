@@ -206,12 +206,12 @@ def controller(tmp_path, cfg, extra=(), dp=1, batch=6, n_prompts=24, reward=solv
     """A trainer with the real samples generator (stand-in engine), experience maker and, for DPPO, the
     per-rank DPPO replay buffers: a controller step without Ray."""
     args = make_args(base_argv(dp=dp, batch=batch, train_batch=8) + list(extra))
-    group = AppendGroup(dp, args) if cfg.enable else HostAppendGroup(dp)
+    group = AppendGroup(dp, args) if cfg.method == "dppo" else HostAppendGroup(dp)
     t = bare_trainer(args, cfg, RunDir(str(tmp_path / "run")), group)
-    t.history = PromptHistory(n_prompts) if cfg.enable else None
+    t.history = PromptHistory(n_prompts) if cfg.method == "dppo" else None
     t.tokenizer, t.kl_ctl, t.vllm_engines = StandInTokenizer(), FixedKLController(0.0), None
     t.samples_generator, t.engine = generator_for(args, cfg, t.history, n_prompts, reward)
-    if cfg.enable:
+    if cfg.method == "dppo":
         t.experience_maker = DPPOExperienceMaker(group.forward, None, None, None, t.kl_ctl, t.strategy, t.tokenizer,
                                                  dppo=cfg, history=t.history)  # fmt: skip
     else:

@@ -71,7 +71,7 @@ def actors(
         algo=SimpleNamespace(dynamic_filtering_enable=False),
     )  # fmt: skip
     gen = object.__new__(at._DPPOGenerateSamplesActor)
-    gen.args, gen.dppo, gen.generate_kwargs = args, DPPOConfig(enable=False), {}
+    gen.args, gen.dppo, gen.generate_kwargs = args, DPPOConfig(method="grpo"), {}
     gen.rollout_queue, gen.rollout_slots, gen.final_step, gen.vllm_lock = batches, slots, final, Lock()
     gen.eval_dataloader, gen._last_eval_step, gen._partial_rollout = [0], -1, False
     gen.samples_generator = Batches(steps) if generator is None else generator

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("stand_in_ray")
 
 def make_generator(cfg, n_prompts=12, batch=4, extra=(), seen=True, reward=solved_every_4th):
     args = make_args(base_argv(batch=batch) + list(extra))
-    history = PromptHistory(n_prompts) if cfg.enable else None
+    history = PromptHistory(n_prompts) if cfg.method == "dppo" else None
     # prompts 0..5 were seen: 0-2 always solved (score ~ 0), 3-5 half solved; 6.. never seen
     if seen and history is not None:
         history.update(torch.arange(6), torch.tensor([[1.0] * 4] * 3 + [[1.0, 0, 1, 0]] * 3), 0)
@@ -137,10 +137,10 @@ def test_dynamic_filtering_replacements_are_rolled_out_unpruned_and_dropped_grou
 
 
 def test_with_dppo_off_openrlhfs_generation_is_only_observed():
-    """--dppo.enable false: OpenRLHF's generate_samples and filter unchanged (every prompt rolled out,
+    """--dppo.method grpo: OpenRLHF's generate_samples and filter unchanged (every prompt rolled out,
     no tags' q below 1), the dropped groups handed on and every count taken."""
     gen, engine, _ = make_generator(
-        DPPOConfig(enable=False), n_prompts=16, extra=["--algo.dynamic_filtering_enable"]
+        DPPOConfig(method="grpo"), n_prompts=16, extra=["--algo.dynamic_filtering_enable"]
     )
     samples, _, consumed, _ = gen.generate_samples(**KW)
     ctx = samples.ctx
@@ -160,12 +160,12 @@ def nan_at(prompt_number: int, value=float("nan")):
     return reward
 
 
-@pytest.mark.parametrize("enable", [True, False])
+@pytest.mark.parametrize("method", ["dppo", "grpo"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), None])
-def test_a_reward_function_that_fails_stops_the_step_naming_the_file_and_the_step(enable, value):
+def test_a_reward_function_that_fails_stops_the_step_naming_the_file_and_the_step(method, value):
     # with dynamic filtering on, a NaN group mean is outside any range: OpenRLHF would drop the group
     # silently and draw a replacement; the check runs on every response, before the filter
-    cfg = DPPOConfig(enable=enable)
+    cfg = DPPOConfig(method=method)
     extra = ["--algo.dynamic_filtering_enable", "--reward.remote_url", "/data/my_reward.py"]
     gen, _, _ = make_generator(cfg, n_prompts=12, extra=extra, reward=nan_at(5, value))
     gen.steps = 6  # as a resume at step 6 sets it

@@ -177,7 +177,7 @@ def test_fillers_are_counted_on_their_own_and_not_as_trained(tmp_path):
 
 
 def test_grpo_mode_step_uses_the_host_path_and_reports_nothing_pruned(tmp_path):
-    t = controller(tmp_path, DPPOConfig(enable=False), batch=4)
+    t = controller(tmp_path, DPPOConfig(method="grpo"), batch=4)
     status, samples = one_step(t)
     tokens = float(sum(int(s.action_mask.sum()) for s in samples))
     assert status["tokens/generated"] == status["tokens/trained"] == tokens and status["tokens/pruned"] == 0.0
@@ -190,10 +190,10 @@ def test_grpo_mode_step_uses_the_host_path_and_reports_nothing_pruned(tmp_path):
     )  # every rollout reached the actor
 
 
-@pytest.mark.parametrize("enable", [True, False])
-def test_dynamic_filtering_counts_the_dropped_groups_and_the_history_sees_them(tmp_path, enable):
+@pytest.mark.parametrize("method", ["dppo", "grpo"])
+def test_dynamic_filtering_counts_the_dropped_groups_and_the_history_sees_them(tmp_path, method):
     # no prompt pruning, so that the all-solved prompts are drawn and the filter drops them
-    cfg = DPPOConfig(**NO_PROMPT_PRUNING, completion_prune_rate=0.5, p_min=0.2, seed=1, enable=enable)
+    cfg = DPPOConfig(**NO_PROMPT_PRUNING, completion_prune_rate=0.5, p_min=0.2, seed=1, method=method)
     t = controller(tmp_path, cfg, extra=["--algo.dynamic_filtering_enable"], batch=4)
     status, samples = one_step(t)
     G = t.args.rollout.n_samples_per_prompt
@@ -207,7 +207,7 @@ def test_dynamic_filtering_counts_the_dropped_groups_and_the_history_sees_them(t
         == status["samples/trained"] + status["samples/pruned"] + status["samples/filtered"]
     )
     assert status["rollout/num_samples"] == status["samples/generated"]  # the dropped groups are rollouts
-    if enable:
+    if method == "dppo":
         index = torch.tensor([int(p.split()[-1]) for p in dropped])
         assert t.history.count[index].tolist() == [1] * len(dropped)
         assert torch.isfinite(t.history.score(index, G)).all()  # no longer "unseen"
@@ -235,15 +235,15 @@ def test_with_dynamic_filtering_dppo_takes_openrlhfs_step_count_from_the_accepte
 
 
 @pytest.mark.parametrize("rule", ["drop", "train"])
-@pytest.mark.parametrize("enable", [True, False])
+@pytest.mark.parametrize("method", ["dppo", "grpo"])
 def test_a_short_last_batch_of_fewer_rollouts_than_ranks_is_counted_untrained_in_both_arms(
-    tmp_path, monkeypatch, enable, rule
+    tmp_path, monkeypatch, method, rule
 ):
     """5 prompts in batches of 2, 2, 1 x G = 4 on 8 data-parallel ranks (train batch 8): the last batch
     holds 4 rollouts, fewer than the ranks. OpenRLHF's forwards need one rollout per rank (its run stops
     there). Under drop it is smaller than a train batch; under train it cannot be spread over the ranks:
     in both arms it is not trained and counted as untrained (generated = trained + pruned + untrained)."""
-    cfg = DPPOConfig(**NO_PROMPT_PRUNING, enable=enable, short_batch=rule)
+    cfg = DPPOConfig(**NO_PROMPT_PRUNING, method=method, short_batch=rule)
     half_right = lambda prompt, i: float(i % 2)  # noqa: E731  every group mixed: nothing pruned
     t = controller(
         tmp_path, cfg, dp=8, batch=2, n_prompts=5, extra=["--dppo.short_batch", rule], reward=half_right
@@ -253,14 +253,14 @@ def test_a_short_last_batch_of_fewer_rollouts_than_ranks_is_counted_untrained_in
     for _ in range(2):  # full batches: 8 rollouts, one train batch, trained
         status, samples = one_step(t)
         assert status["samples/trained"] == len(samples) == 8 and status["samples/untrained"] == 0
-    appended = 0 if enable else len(t.actor_model_group.appended)
+    appended = 0 if method == "dppo" else len(t.actor_model_group.appended)
     status, samples = one_step(t)  # the short last batch
     tokens = float(sum(int(s.action_mask.sum()) for s in samples))
     assert len(samples) == 4 and status["samples/generated"] == 4.0
     assert status["samples/trained"] == status["tokens/trained"] == 0.0
     assert status["samples/untrained"] == 4.0 and status["tokens/untrained"] == tokens
     assert status["samples/pruned"] == status["samples/fillers"] == 0.0  # no micro-batch ran
-    if enable:  # forwarded with zero-weight copies of its shortest rollout; the plan makes no step
+    if method == "dppo":  # forwarded with zero-weight copies of its shortest rollout; the plan makes no step
         assert status["dppo/optimizer_steps"] == 0.0 and status["dppo/completion_fillers"] == 4.0
     else:  # sent to no rank, and the step says why
         assert len(t.actor_model_group.appended) == appended

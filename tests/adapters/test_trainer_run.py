@@ -41,7 +41,7 @@ class StandInLoader(list):
         return {}
 
 
-def looping_trainer(tmp_path, enable, step_limit, extra=(), states=None):
+def looping_trainer(tmp_path, method, step_limit, extra=(), states=None):
     """A trainer whose OpenRLHF loop runs with the real samples generator over 64 prompts (16 steps an
     episode, 3 episodes: the prompts alone would not stop it) and a stand-in step that records the
     step number of the context each rollout batch carries."""
@@ -56,12 +56,12 @@ def looping_trainer(tmp_path, enable, step_limit, extra=(), states=None):
         str(tmp_path / "ckpt"),
     ]
     args = make_args(argv + list(extra))
-    cfg = DPPOConfig(enable=enable)
+    cfg = DPPOConfig(method=method)
     group = CheckpointGroup(states)
     t = bare_trainer(args, cfg, RunDir(str(tmp_path / "run")), group)
     evals = [Experience(prompts=["p"], rewards=r, response_length=torch.tensor([3]), truncated=torch.tensor([0]))
              for r in (1.0, 0.0, 0.0, 1.0)]  # fmt: skip
-    t.history = PromptHistory(64) if enable else None
+    t.history = PromptHistory(64) if method == "dppo" else None
     t.samples_generator, _ = generator_for(args, cfg, t.history, 64, step_limit=step_limit)
     t.samples_generator.generate_eval_samples = lambda **kwargs: evals
     t.eval_dataloader = [(["math"], ["p"], [""], [None])]
@@ -83,9 +83,9 @@ def lines(tmp_path, kind):
     return [r for r in rows if r["kind"] == kind]
 
 
-@pytest.mark.parametrize("enable", [True, False])
-def test_max_steps_ends_the_run_after_the_last_steps_evaluation(tmp_path, enable):
-    t = looping_trainer(tmp_path, enable, step_limit=5)
+@pytest.mark.parametrize("method", ["dppo", "grpo"])
+def test_max_steps_ends_the_run_after_the_last_steps_evaluation(tmp_path, method):
+    t = looping_trainer(tmp_path, method, step_limit=5)
     t.step_limit = 5
     t.fit()
     assert [r["step"] for r in lines(tmp_path, "train")] == [1, 2, 3, 4, 5]
@@ -100,7 +100,7 @@ def test_max_steps_ends_the_run_after_the_last_steps_evaluation(tmp_path, enable
 def test_the_last_step_is_evaluated_when_it_is_on_the_schedule_and_a_resume_skips_step_0(tmp_path):
     os.makedirs(tmp_path / "ckpt" / "_actor")
     states = {"episode": 0, "global_step": 2, "total_consumed_prompts": 8, "data_loader_state_dict": {}}
-    t = looping_trainer(tmp_path, True, 4, ["--ckpt.load_enable"], states=states)
+    t = looping_trainer(tmp_path, "dppo", 4, ["--ckpt.load_enable"], states=states)
     t.step_limit = 4
     t.fit()
     assert [r["step"] for r in lines(tmp_path, "train")] == [3, 4] == t.steps_seen
@@ -130,7 +130,7 @@ def test_an_episode_of_short_batches_makes_as_many_optimizer_steps_as_the_schedu
 def test_unpruned_dppo_reward_ht_equals_grpos_reward_mean(tmp_path):
     """The same 6 prompts and rollouts (the stand-in engine is deterministic per prompt) through both
     arms, DPPO without prompt pruning: the HT reward is GRPO's reward mean, the same float."""
-    grpo = one_step(controller(tmp_path / "grpo", DPPOConfig(enable=False)))[0]
+    grpo = one_step(controller(tmp_path / "grpo", DPPOConfig(method="grpo")))[0]
     dppo, samples = one_step(controller(tmp_path / "dppo", DPPOConfig(completion_prune_rate=0.5, p_min=0.2)))
     raw = torch.cat([s.rewards for s in samples]).double()
     assert grpo["rollout/reward_ht"] == grpo["rollout/reward_mean"] == dppo["rollout/reward_ht"]
@@ -179,11 +179,11 @@ def test_zero_share_control_prunes_each_draw_at_the_all_equal_share_of_the_steps
     assert t.samples_generator.rate_control.rate() == pytest.approx(0.8 * u1 + 0.2 * u2, rel=1e-12)
 
 
-@pytest.mark.parametrize("enable", [True, False])
-def test_reward_statistics_are_of_the_raw_rewards_not_the_length_penalised_ones(tmp_path, enable):
+@pytest.mark.parametrize("method", ["dppo", "grpo"])
+def test_reward_statistics_are_of_the_raw_rewards_not_the_length_penalised_ones(tmp_path, method):
     # the DAPO overlong penalty hits every response longer than 24 - 20 = 4 tokens
     penalty = ["--reward.overlong_buffer_len", "20", "--reward.overlong_penalty_factor", "1.0"]
-    t = controller(tmp_path, DPPOConfig(enable=enable), extra=penalty)
+    t = controller(tmp_path, DPPOConfig(method=method), extra=penalty)
     status, samples = one_step(t)
     raw = torch.tensor([float(s.info["score"]) for s in samples], dtype=torch.float64)  # as vLLM returned it
     assert any(int(s.response_length) > 4 for s in samples)

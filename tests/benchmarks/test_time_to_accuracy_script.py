@@ -92,7 +92,7 @@ def test_every_arm_of_every_seed_runs_interleaved_on_the_chosen_task():
         assert value(cmd, "--eval.dataset") == ".cache/tiny-countdown/data/eval.jsonl"
         assert value(cmd, "--ckpt.output_dir") == f"runs/tta_countdown/{arm}_s{seed}"
         assert value(cmd, "--train.seed") == seed
-        assert value(cmd, "--dppo.enable") == ("true" if arm not in ("grpo", "df") else "false")
+        assert value(cmd, "--dppo.method") == ("dppo" if arm not in ("grpo", "df") else "grpo")
         if arm not in ("grpo", "df"):
             assert value(cmd, "--dppo.prompt_prune_rate") == "0.5"
             if arm.startswith("shrink-unseen"):
@@ -205,7 +205,7 @@ def test_the_half_batch_control_is_grpo_with_half_the_prompts():
         assert value(grpo, "--rollout.batch_size") == str(drawn)
         assert value(half, "--rollout.batch_size") == str(drawn // 2)
         assert value(half, "--train.batch_size") == str(drawn // 2 * 8)
-        assert value(half, "--dppo.enable") == "false" and value(half, "--train.seed") == "2"
+        assert value(half, "--dppo.method") == "grpo" and value(half, "--train.seed") == "2"
         assert value(half, "--actor.adam.lr") == value(grpo, "--actor.adam.lr")
 
 
@@ -360,7 +360,7 @@ def test_the_budget_control_is_grpo_at_the_rounded_mean_of_its_dppo_runs_rolled_
     assert value(one, "--rollout.batch_size") == "21" and value(one, "--train.batch_size") == str(21 * 8)
     assert value(two, "--rollout.batch_size") == "31" and three == []  # seed 3's DPPO run is not there yet
     grpo = next(cmd for arm, seed, cmd in runs if (arm, seed) == ("grpo", "1"))
-    assert value(one, "--dppo.enable") == "false" and value(one, "--dppo.max_steps") == value(
+    assert value(one, "--dppo.method") == "grpo" and value(one, "--dppo.max_steps") == value(
         grpo, "--dppo.max_steps"
     )
     assert value(one, "--actor.adam.lr") == value(grpo, "--actor.adam.lr")

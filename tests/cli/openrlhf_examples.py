@@ -15,7 +15,7 @@ Only the flag lists are taken, in the scripts' order. What changed in retyping:
 
 Each entry says what DPPO does with the command as it stands (``dppo``: None = accepted, with a part of
 the start-up line it prints about the command if any; else the flag its refusal names, with a part of
-the documented reason), and what ``--dppo.enable false`` does
+the documented reason), and what ``--dppo.method grpo`` does
 (``baseline``: None = accepted with OpenRLHF's own namespace; else the flag it refuses).
 """
 
@@ -39,7 +39,7 @@ class Example:
     argv: tuple[str, ...]
     dppo: str | None = None  # None: DPPO accepts it; else the flag its refusal names
     dppo_reason: str = ""  # a part of that refusal's message (the reason documented in README / FLAGS.md)
-    baseline: str | None = None  # None: --dppo.enable false accepts it; else the flag it refuses
+    baseline: str | None = None  # None: --dppo.method grpo accepts it; else the flag it refuses
     baseline_reason: str = ""
     renamed: tuple[str, ...] = ()  # 0.11.0 flags retyped to 0.11.2's (see the module docstring)
     variant: str = ""  # set when the entry is a documented variant of the script, not the script itself

@@ -24,7 +24,7 @@ ASYNC_FLAGS = [
 ]
 
 
-@pytest.mark.parametrize("arm", [[], ["--dppo.enable", "false"]], ids=["dppo", "baseline"])
+@pytest.mark.parametrize("arm", [[], ["--dppo.method", "grpo"]], ids=["dppo", "baseline"])
 @pytest.mark.parametrize("flags", ASYNC_FLAGS, ids=["async", "partial-rollout", "queue-3"])
 def test_both_arms_take_the_async_trainer_as_openrlhf_parses_it(arm, flags, tmp_path):
     argv = local_command(tmp_path) + flags
@@ -35,7 +35,7 @@ def test_both_arms_take_the_async_trainer_as_openrlhf_parses_it(arm, flags, tmp_
     ours = flat(args)
     for key in ("train.async_enable", "train.partial_rollout_enable", "train.async_queue_size"):
         assert ours[key] == host[key], key
-    assert ours["dppo.enable"] is (arm == [])
+    assert ours["dppo.method"] == ("dppo" if arm == [] else "grpo")
 
 
 def _host_tree(relative: str) -> ast.Module:

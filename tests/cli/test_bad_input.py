@@ -121,7 +121,7 @@ REFUSED = {
         "--vllm.enable_sleep", "not with --train.async_enable",
     ),
     "over-sampling-without-async": (
-        lambda a: a + ["--dppo.enable", "false", "--rollout.vllm_generate_batch_size", "64"],
+        lambda a: a + ["--dppo.method", "grpo", "--rollout.vllm_generate_batch_size", "64"],
         "--rollout.vllm_generate_batch_size", "needs --train.async_enable",
     ),
     "images-with-dppo": (
@@ -214,7 +214,7 @@ REFUSED = {
     ),
     # the files must exist for the GRPO baseline too
     "grpo-missing-prompt-dataset": (
-        lambda a: replaced(a, "--data.prompt_dataset", "/nonexistent.jsonl") + ["--dppo.enable", "false"],
+        lambda a: replaced(a, "--data.prompt_dataset", "/nonexistent.jsonl") + ["--dppo.method", "grpo"],
         "--data.prompt_dataset", "/nonexistent.jsonl",
     ),
 }  # fmt: skip
@@ -245,7 +245,7 @@ ACCEPTED = {
     "json-lines-in-a-json-file": lambda a, d: _with_dataset(a, "t.json", '{"input": "1+1"}\n{"input": "2"}\n'),
     # the GRPO baseline takes what OpenRLHF takes: DPPO's requirements do not apply
     "grpo-with-openrlhf-only-settings": lambda a, d: _no_reward(_no_vllm(a)) + [
-        "--dppo.enable", "false", "--reward.model_name_or_path", "org/rm", "--actor.aux_loss_coef", "0.01",
+        "--dppo.method", "grpo", "--reward.model_name_or_path", "org/rm", "--actor.aux_loss_coef", "0.01",
         "--algo.advantage.estimator", "reinforce", "--data.max_len", "256",
     ],
 }  # fmt: skip
@@ -301,8 +301,8 @@ def test_a_reward_url_that_answers_gets_past_validation(tmp_path):
 def test_an_openrlhf_assert_not_checked_by_name_is_one_line_not_a_traceback(tmp_path):
     # GRPO baseline, one completion per prompt: OpenRLHF's validation asserts n_samples_per_prompt > 1
     argv = replaced(local_command(tmp_path), "--rollout.n_samples_per_prompt", "1") + [
-        "--dppo.enable",
-        "false",
+        "--dppo.method",
+        "grpo",
     ]
     proc, ray_imported = run_cli(argv, tmp_path)
     assert proc.returncode == 2 and not ray_imported, proc.stderr[-3000:]

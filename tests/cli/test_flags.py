@@ -10,7 +10,7 @@ from cli_commands import ROOT, full_parser
 
 from openrlhf_dppo.cli import flags, flags_table
 from openrlhf_dppo.cli import train_dppo_ray as cli
-from openrlhf_dppo.core import PROMPT_POLICIES, DPPOConfig
+from openrlhf_dppo.core import METHODS, PROMPT_POLICIES, DPPOConfig
 
 
 def _squeezed(text: str) -> str:
@@ -29,8 +29,8 @@ def test_the_flags_are_the_fields_of_the_config_and_the_run_options():
     specs = {s.name: s for s in flags.flag_specs()}
     assert specs["prompt_policy"].choices == PROMPT_POLICIES.names() == ["proportional", "uniform"]
     assert specs["prompt_rate_control"].choices == ["fixed", "zero-share"]
-    assert specs["enable"].parse("off") is False and specs["max_steps"].parse("3") == 3
-    assert specs["run_dir"].shown_default == "--ckpt.output_dir" and specs["enable"].shown_default == "true"
+    assert specs["method"].choices == list(METHODS) and specs["max_steps"].parse("3") == 3
+    assert specs["run_dir"].shown_default == "--ckpt.output_dir" and specs["method"].shown_default == "dppo"
 
 
 def test_a_flag_field_without_help_is_refused(monkeypatch):

@@ -3,7 +3,7 @@
 For every example, with its paths replaced by small local files:
 - OpenRLHF 0.11.2's main block parses and validates it as the script would (``parser.parse_args()`` on
   ``sys.argv``; only the final ``train(args)`` is replaced by a capture, so Ray never starts);
-- ``train_dppo_ray --dppo.enable false`` accepts it (the input checks on) and produces the same namespace,
+- ``train_dppo_ray --dppo.method grpo`` accepts it (the input checks on) and produces the same namespace,
   less the ``dppo`` group (async training included) -- or, for an example the baseline refuses, refuses it
   naming the flag, for the reason FLAGS.md documents;
 - DPPO (the defaults, and a fixed prompt rate) accepts it, changing only what turning on the packed
@@ -70,10 +70,10 @@ def test_the_examples_cover_the_grpo_dapo_reinforce_prorl_and_slurm_scripts():
 def test_the_baseline_gives_openrlhfs_namespace_or_refuses_by_name(example: Example, tmp_path, capsys):
     argv = materialize(example, tmp_path)
     host = comparable(openrlhf_parse(argv))  # OpenRLHF accepts every example
-    off = argv + ["--dppo.enable", "false"]
+    off = argv + ["--dppo.method", "grpo"]
     if example.baseline is None:
         ours = comparable(parse(off, check_inputs=True))
-        assert ours.pop("dppo.enable") is False
+        assert ours.pop("dppo.method") == "grpo"
         assert {k: v for k, v in ours.items() if not k.startswith("dppo.")} == host
     else:
         err = refusal(off, capsys)
@@ -91,7 +91,7 @@ def test_dppo_accepts_the_example_or_refuses_it_by_name_for_a_documented_reason(
         ours = comparable(parse(argv, check_inputs=True))
         if example.dppo_notice:  # said at start, as one line
             assert any(example.dppo_notice in line for line in capsys.readouterr().out.splitlines())
-        assert ours["dppo.enable"] is True and ours["train.dynamic_batch_enable"] is True
+        assert ours["dppo.method"] == "dppo" and ours["train.dynamic_batch_enable"] is True
         ours = {k: v for k, v in ours.items() if not k.startswith("dppo.")}
         assert ours.keys() == host.keys()
         assert {k for k in host if ours[k] != host[k]} <= DPPO_TURNS_ON

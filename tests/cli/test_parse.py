@@ -20,7 +20,7 @@ def test_grpo_command_plus_dppo_flags_goes_through_openrlhf_validation():
     d = args.dppo
     assert (d.prompt_prune_rate, d.prompt_rate_control, d.completion_prune_rate) == (0.3, "fixed", 0.5)
     assert (d.prompt_policy, d.q_min, d.p_min, d.seed) == ("uniform", 0.2, 0.05, 7)
-    assert (d.short_batch, d.enable, d.run_dir, d.max_steps) == ("drop", True, None, None)
+    assert (d.short_batch, d.method, d.run_dir, d.max_steps) == ("drop", "dppo", None, None)
     # DPPO turned on the packing path; OpenRLHF's own validation then derived the rest from it
     assert args.train.dynamic_batch_enable is True
     assert args.ds.packing_samples is True
@@ -32,15 +32,15 @@ def test_grpo_command_plus_dppo_flags_goes_through_openrlhf_validation():
     assert args.rollout.vllm_generate_batch_size == 16
     assert args.algo.kl.use_loss and args.algo.kl.estimator == "k3"
     cfg, run = build_options(vars(args.dppo))
-    assert cfg.completion_prune_rate == 0.5 and cfg.prompt_policy == "uniform" and cfg.enable
+    assert cfg.completion_prune_rate == 0.5 and cfg.prompt_policy == "uniform" and cfg.method == "dppo"
     assert run.run_dir is None and run.max_steps is None
 
 
-def test_enable_false_leaves_the_grpo_namespace_untouched():
+def test_method_grpo_leaves_the_grpo_namespace_untouched():
     plain = parse(GRPO)  # DPPO on by default: dynamic batch switched on
-    off = parse(GRPO + ["--dppo.enable", "false", "--dppo.completion_prune_rate", "0.5"])
+    off = parse(GRPO + ["--dppo.method", "grpo", "--dppo.completion_prune_rate", "0.5"])
     assert plain.train.dynamic_batch_enable is True
-    assert off.dppo.enable is False
+    assert off.dppo.method == "grpo"
     assert off.train.dynamic_batch_enable is False and off.ds.packing_samples is False
     assert off.rollout.max_tokens_per_gpu is None
 
@@ -64,7 +64,7 @@ def test_every_flag_defaults_to_its_field_default_and_run_options_parse():
         (["--dppo.p_min", "0.9", "--dppo.completion_prune_rate", "0.5"], "--dppo.p_min"),
         (["--dppo.prompt_prune_rate", "0.8"], "--dppo.prompt_prune_rate"),
         (["--dppo.q_min", "0.4"], "--dppo.q_min"),
-        (["--dppo.enable", "maybe"], "--dppo.enable"),
+        (["--dppo.method", "maybe"], "--dppo.method"),
         (["--dppo.prompt_policy", "sqrt"], "--dppo.prompt_policy"),
         (["--dppo.max_steps", "0"], "--dppo.max_steps"),
         (["--dppo.schedule_steps", "0"], "--dppo.schedule_steps"),
@@ -90,6 +90,16 @@ def test_bad_values_and_combinations_fail_naming_the_flag(extra, flag, capsys):
     assert not called
 
 
+@pytest.mark.parametrize(
+    "bad", [["--dppo.method", "maybe"], ["--dppo.enable", "false"], ["--dppo.enable=true"]]
+)
+def test_a_bad_method_or_the_old_enable_flag_fails_naming_dppo_method_and_its_choices(bad, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(GRPO + bad, train_fn=lambda a: None)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--dppo.method" in err and "grpo" in err and "dppo" in err
+
+
 def test_dppo_flags_are_checked_before_openrlhf_validation_which_needs_vllm_for_packing(capsys):
     # OpenRLHF's own validation would stop first with a TypeError (None > 0) on the missing engines
     argv = without(GRPO, "--vllm.num_engines") + ["--dppo.q_min", "0"]
@@ -109,12 +119,12 @@ def test_rewards_must_come_with_the_rollouts_from_a_reward_function_or_an_agent(
     assert "--reward.remote_url: DPPO needs the rewards on the rollouts" in capsys.readouterr().err
     # an agent function also puts rewards on the rollouts (OpenRLHF then sets remote_url to "agent")
     args = parse(without(GRPO, "--reward.remote_url") + ["--train.agent_func_path", "agent.py"])
-    assert args.reward.remote_url == ["agent"] and args.dppo.enable
+    assert args.reward.remote_url == ["agent"] and args.dppo.method == "dppo"
 
 
 def test_grpo_baseline_keeps_openrlhf_flags_dppo_refuses():
-    """--dppo.enable false runs what OpenRLHF runs: DPPO's requirements do not apply to it."""
-    off = ["--dppo.enable", "false"]
+    """--dppo.method grpo runs what OpenRLHF runs: DPPO's requirements do not apply to it."""
+    off = ["--dppo.method", "grpo"]
     grpo = [without(GRPO, "--reward.remote_url") + ["--reward.model_name_or_path", "some/rm"]]
     grpo += [
         replaced(GRPO, "--algo.advantage.estimator", "reinforce"),
@@ -122,7 +132,7 @@ def test_grpo_baseline_keeps_openrlhf_flags_dppo_refuses():
     ]
     grpo += [GRPO + ["--data.max_len", "20000"], GRPO + ["--rollout.vllm_generate_batch_size", "8"]]
     for argv in grpo:
-        assert parse(argv + off).dppo.enable is False
+        assert parse(argv + off).dppo.method == "grpo"
 
 
 @pytest.mark.parametrize(
@@ -208,9 +218,9 @@ def test_install_points_openrlhf_at_the_dppo_classes():
         ppo_trainer.PPOTrainer = replaced_classes["PPOTrainer"]
         ppo_trainer_async.PPOTrainerAsync = replaced_classes["PPOTrainerAsync"]
         train_ppo_ray.PolicyModelActor = replaced_classes["PolicyModelActor"]
-    # --dppo.enable false: the same three (the actor counts what GRPO trains and trains its short batches)
+    # --dppo.method grpo: the same three (the actor counts what GRPO trains and trains its short batches)
     actor = train_ppo_ray.PolicyModelActor
-    replaced_classes = install(DPPOConfig(enable=False), RunMeta())
+    replaced_classes = install(DPPOConfig(method="grpo"), RunMeta())
     try:
         assert set(replaced_classes) == {"PPOTrainer", "PPOTrainerAsync", "PolicyModelActor"}
         assert replaced_classes["PolicyModelActor"] is actor
@@ -253,7 +263,7 @@ def test_the_cli_hands_its_validated_config_and_run_options_to_install(monkeypat
         ([], False),  # the defaults: zero-share from 0.5
         (["--dppo.prompt_rate_control", "fixed", "--dppo.prompt_prune_rate", "0", "--dppo.completion_prune_rate",
           "0.5"], False),
-        (["--dppo.enable", "false", "--dppo.prompt_rate_control", "fixed", "--dppo.prompt_prune_rate", "0"], False),
+        (["--dppo.method", "grpo", "--dppo.prompt_rate_control", "fixed", "--dppo.prompt_prune_rate", "0"], False),
     ],
 )  # fmt: skip
 def test_settings_that_prune_nothing_say_so_at_start(capsys, flags, says):

@@ -230,7 +230,7 @@ def test_a_cpu_only_driver_joining_a_stand_in_cluster_applies_the_cpu_layer(fake
     assert recorded_apply == [cpu.DRIVER, "ray.init wrapper"] and os.environ[cpu.ENV_ACTIVE] == "1"
 
 
-CLI_RUN = ["--dppo.enable", "false", "--reward.remote_url", "r.py", "--actor.model_name_or_path", "m"]
+CLI_RUN = ["--dppo.method", "grpo", "--reward.remote_url", "r.py", "--actor.model_name_or_path", "m"]
 
 
 def run_cli(monkeypatch):

@@ -92,7 +92,7 @@ def test_the_helper_refuses_a_bad_value_under_the_name_it_is_given():
 def parse(argv: list[str]):
     """``--ds.param_dtype`` as the CLI resolves it (stops before Ray)."""
     args = cli.main(
-        [*argv, "--dppo.enable", "false", "--reward.remote_url", "r.py", "--actor.model_name_or_path", "m"],
+        [*argv, "--dppo.method", "grpo", "--reward.remote_url", "r.py", "--actor.model_name_or_path", "m"],
         train_fn=lambda a: a,
     )
     return args.ds.param_dtype

@@ -72,7 +72,7 @@ def test_stand_in_gpus_count_every_group_and_engine_so_no_placement_group_waits_
 
 
 def test_stand_in_gpus_count_a_reward_model_and_a_critic():
-    grpo = ["--dppo.enable", "false", "--algo.kl.init_coef", "0", "--actor.num_gpus_per_node", "1"]
+    grpo = ["--dppo.method", "grpo", "--algo.kl.init_coef", "0", "--actor.num_gpus_per_node", "1"]
     grpo += ["--vllm.num_engines", "1", "--reward.model_name_or_path", "rm"]
     grpo += ["--reward.num_gpus_per_node", "2"]
     assert cpu.stand_in_gpus(parsed(grpo + ["--algo.advantage.estimator", "group_norm"])) == 1 + 1 + 2

@@ -5,14 +5,14 @@ import dataclasses
 
 import pytest
 
-from openrlhf_dppo.core import PROMPT_POLICIES, RATE_CONTROLS, ZERO_SHARE_CAP, DPPOConfig
+from openrlhf_dppo.core import METHODS, PROMPT_POLICIES, RATE_CONTROLS, ZERO_SHARE_CAP, DPPOConfig
 from openrlhf_dppo.core.config import DPPOConfigError
 
 
 def test_defaults_match_design():
     c = DPPOConfig()
     assert c.asdict() == {
-        "enable": True,
+        "method": "dppo",
         "prompt_prune_rate": 0.5,  # zero-share's first draw
         "prompt_rate_control": "zero-share",
         "prompt_policy": "proportional",
@@ -58,7 +58,8 @@ FIXED = {"prompt_rate_control": "fixed"}
             "--dppo.prompt_prune_rate 0.8: expected at most 0.7 under --dppo.prompt_rate_control zero-share",
         ),
         ({"q_min": 0.4}, r"--dppo.q_min 0.4: expected at most 1 - zero-share's highest rate = 0.3"),
-        ({"enable": 1}, "--dppo.enable 1: expected true or false"),
+        ({"method": "ppo"}, "--dppo.method 'ppo': expected one of: grpo, dppo"),
+        ({"method": True}, "--dppo.method True: expected one of: grpo, dppo"),
     ],
 )
 def test_rejections_name_the_field_and_what_is_expected(kwargs, match):
@@ -86,7 +87,7 @@ def test_the_zero_share_cap_binds_only_the_controlled_rate():
 def test_notices_say_when_nothing_is_pruned():
     assert (
         DPPOConfig().notices() == []
-        and DPPOConfig(enable=False, **FIXED, prompt_prune_rate=0).notices() == []
+        and DPPOConfig(method="grpo", **FIXED, prompt_prune_rate=0).notices() == []
     )
     (line,) = DPPOConfig(**FIXED, prompt_prune_rate=0.0).notices()
     assert "prunes no prompt and no completion" in line
@@ -100,11 +101,15 @@ def test_from_namespace_flat_nested_and_dict():
     assert DPPOConfig.from_namespace(nested).prompt_policy == "uniform"
     assert DPPOConfig.from_namespace({"q_min": 0.2}).q_min == 0.2
     assert DPPOConfig.from_namespace(c.asdict()) == c
+    # an old run's config or checkpoint: enable true/false and no method
+    assert DPPOConfig.from_namespace({"enable": False}).method == "grpo"
+    assert DPPOConfig.from_namespace({"enable": True, "q_min": 0.2}).method == "dppo"
 
 
 def test_every_field_has_help_and_the_choice_fields_name_their_source():
     for f in dataclasses.fields(DPPOConfig):
         assert f.metadata.get("help"), f.name
     choices = {f.name: f.metadata["choices"] for f in dataclasses.fields(DPPOConfig) if f.metadata["choices"]}
-    assert set(choices) == {"prompt_rate_control", "prompt_policy", "short_batch"}
+    assert set(choices) == {"method", "prompt_rate_control", "prompt_policy", "short_batch"}
+    assert choices["method"] is METHODS and METHODS[:2] == ("grpo", "dppo")
     assert choices["prompt_policy"] is PROMPT_POLICIES and choices["prompt_rate_control"] is RATE_CONTROLS

@@ -8,7 +8,7 @@ actor, the generator and training actors of ``adapters.async_trainer``).
   * ``dppo_resumed``: ``dppo`` again from its step-2 checkpoint: it must draw step 3 as ``dppo`` did;
   * ``dppo_partial``: DPPO with partial rollout (vLLM paused, not locked, for the weight broadcast) and a
     queue of 2;
-  * ``grpo_partial``: the baseline (``--dppo.enable false``) with partial rollout and a queue of 2.
+  * ``grpo_partial``: the baseline (``--dppo.method grpo``) with partial rollout and a queue of 2.
 Each checks the run directory: one train line per step with generated = trained + pruned + filtered +
 untrained, the weight sync verified after every step, status "finished".
 """
@@ -106,7 +106,7 @@ def test_a_resumed_async_dppo_run_draws_what_the_uninterrupted_run_drew(dppo, dp
 @pytest.mark.parametrize("arm", ["dppo", "grpo"])
 def test_partial_rollout_with_a_queue_of_two_in_both_arms(arm, tiny, tmp_path):
     out = str(tmp_path / arm)
-    flags = DPPO if arm == "dppo" else ["--dppo.enable", "false"]
+    flags = DPPO if arm == "dppo" else ["--dppo.method", "grpo"]
     run = run_cli(out, async_flags(out, *flags, *PARTIAL))
     rows = check_async_run(run, list(range(1, STEPS + 1)))
     config = json.load(open(os.path.join(out, "run_config.json")))

@@ -45,7 +45,7 @@ def safetensors_dtypes(path: str) -> set[str]:
 
 def test_without_native_bf16_the_pipeline_runs_in_fp32_and_the_weight_syncs_match(tiny, tmp_path):
     out = str(tmp_path / "grpo_fp32")
-    flags = without_param_dtype(common_flags(out, episodes=1)) + ["--dppo.enable", "false"]
+    flags = without_param_dtype(common_flags(out, episodes=1)) + ["--dppo.method", "grpo"]
     env = {**EMULATE_AVX2, "OPENRLHF_DPPO_CPU_PRECISION": "auto"}
     run = run_cli(out, flags, env)
     assert [r["step"] for r in train_rows(run)] == [1, 2]

@@ -26,7 +26,7 @@ __all__ = ["tiny"]  # the module fixture that builds the tiny assets
 
 def test_max_steps_stops_the_run_after_its_evaluation(tiny, tmp_path):
     out = str(tmp_path / "grpo_limited")
-    flags = common_flags(out, episodes=3) + ["--dppo.enable", "false", "--dppo.max_steps", "2"]
+    flags = common_flags(out, episodes=3) + ["--dppo.method", "grpo", "--dppo.max_steps", "2"]
     flags += [
         "--eval.dataset",
         f"{TINY}/data/eval.jsonl",
@@ -71,7 +71,7 @@ def test_a_reward_function_returning_nan_stops_the_run_naming_the_file_and_the_s
     with open(reward_file, "w") as fh:
         fh.write(textwrap.dedent(NAN_FROM_STEP_2.format(n=8 * 4)))  # PROMPTS x SAMPLES
     # no prompt pruning: step 1 rolls out all 8 prompts, the 32 rewards before the first NaN
-    flags = common_flags(out, episodes=2) + ["--dppo.enable", "true", "--dppo.completion_prune_rate", "0.5",
+    flags = common_flags(out, episodes=2) + ["--dppo.method", "dppo", "--dppo.completion_prune_rate", "0.5",
                                              "--dppo.prompt_rate_control", "fixed", "--dppo.prompt_prune_rate", "0"]  # fmt: skip
     flags[flags.index("--reward.remote_url") + 1] = reward_file
     run = run_cli(out, flags, expect_ok=False)

