@@ -36,7 +36,8 @@ TRAIN_STATEMENT = "train(args)"
 
 def _load_openrlhf_main(path: str | None = None) -> tuple[str, ast.Module]:
     """Source path and a module holding the rewritten main block of OpenRLHF's train_ppo_ray script,
-    preceded by the standard-library imports it uses (see the module docstring).
+    preceded by the standard-library imports it uses (``ast`` checks that it needs nothing else of the
+    script: the script's own imports, Ray among them, are not run).
 
     path: the script to load (default: the installed ``openrlhf.cli.train_ppo_ray``).
     """
