@@ -14,6 +14,9 @@ Seams (``SamplesGenerator``):
     q = 1). The draw never keeps nothing: OpenRLHF's loop would draw again, conditioning the step on a
     non-empty draw.
   * GRPO: OpenRLHF's method unchanged (its buffer included), observed through the two hooks below.
+  * GRESO: DPPO's step without the draw: every prompt pulled from the dataloader (dynamic filtering's
+    replacements too) is skipped before vLLM with probability 1 - its keep probability (``core.greso``),
+    counted as pruned; the step's rolled-out groups then update the streaks and p_easy / p_hard.
   Counts ``samples|tokens/generated`` (returned plus dropped by dynamic filtering),
   ``samples|tokens/filtered`` and ``prompts/drawn|rolled_out|pruned``.
 - ``_generate_vllm``: a training call carries the context as the ``dppo_step`` generate kwarg; the groups
@@ -43,6 +46,7 @@ from openrlhf_dppo.adapters.step import (
     response_tokens,
 )
 from openrlhf_dppo.core import PromptHistory, PromptRateControl, prune_prompts, step_generator
+from openrlhf_dppo.core.greso import GresoController, GresoStreaks, greso_keep_probs, greso_shares
 
 logger = init_logger(__name__)
 
@@ -58,6 +62,10 @@ class DPPOSamplesGenerator(SamplesGenerator):
         self.steps = 0  # steps whose rollouts were handed out (the trainer sets it on a resume)
         self.draws = 0  # prompt draws made so far: the seed stream of the next draw (checkpointed)
         self.rate_control = PromptRateControl.from_config(dppo)  # r_q of each draw (checkpointed)
+        # GRESO's per-prompt streaks and p_easy / p_hard (checkpointed); None unless --dppo.method greso
+        greso = dppo.method == "greso"
+        self.streaks = GresoStreaks(len(self.prompts_dataloader.dataset)) if greso else None
+        self.greso_control = GresoController() if greso else None
         # --reward.remote_url is a list (files or URLs); --train.agent_func_path one file
         source = self.args.reward.remote_url or self.args.train.agent_func_path
         self.reward_source = ", ".join(source) if isinstance(source, (list, tuple)) else source
@@ -68,7 +76,16 @@ class DPPOSamplesGenerator(SamplesGenerator):
     # ---- checkpoint -------------------------------------------------------------------------------
     def dppo_state_dict(self) -> dict:
         """DPPO's draw state for the checkpoint's client states: the prompt history, the draw counter (the
-        next draw's seed stream), the rate control and the config it was made with."""
+        next draw's seed stream), the rate control and the config it was made with. GRESO's: its streaks,
+        p_easy / p_hard, the draw counter and the config."""
+        if self.dppo.method == "greso":
+            return {
+                "method": "greso",
+                "greso_streaks": self._greso()[0].state_dict(),
+                "greso_control": self._greso()[1].state_dict(),
+                "draws": self.draws,
+                "config": self.dppo.asdict(),
+            }
         return {
             "history": self._history().state_dict(),
             "draws": self.draws,
@@ -77,6 +94,19 @@ class DPPOSamplesGenerator(SamplesGenerator):
         }
 
     def load_dppo_state(self, state: dict) -> None:
+        saved = state.get("method", "dppo")  # states written before GRESO are DPPO's
+        if saved != self.dppo.method:
+            raise ValueError(
+                f"the checkpoint's draw state is a {saved} run's, this run's --dppo.method is "
+                f"{self.dppo.method}: resume with the same --dppo.method"
+            )
+        if saved == "greso":
+            streaks, control = self._greso()
+            streaks.load_state_dict(state["greso_streaks"])
+            control.load_state_dict(state["greso_control"])
+            self.draws = int(state["draws"])
+            logger.info(f"GRESO state restored: {streaks.capacity} prompts, {self.draws} draws")
+            return
         history = self._history()
         history.load_state_dict(state["history"])
         self.draws = int(state["draws"])
@@ -90,6 +120,11 @@ class DPPOSamplesGenerator(SamplesGenerator):
             raise RuntimeError("no DPPO state without a prompt history: DPPO is off (--dppo.method grpo)")
         return self.history
 
+    def _greso(self) -> tuple[GresoStreaks, GresoController]:
+        if self.streaks is None or self.greso_control is None:
+            raise RuntimeError("no GRESO state: --dppo.method is not greso")
+        return self.streaks, self.greso_control
+
     # ---- one step ---------------------------------------------------------------------------------
     @torch.no_grad()
     def generate_samples(self, **generate_kwargs):
@@ -99,7 +134,7 @@ class DPPOSamplesGenerator(SamplesGenerator):
         if self.step_limit is not None and self.steps >= self.step_limit:
             return Rollouts(), None, 0, True
         ctx = StepContext(step=self.steps + 1)
-        if self.dppo.method == "dppo":
+        if self.dppo.method in ("dppo", "greso"):
             samples, pass_rate, consumed, exhausted = self._one_draw(ctx, **generate_kwargs)
         else:
             samples, pass_rate, consumed, exhausted = super().generate_samples(
@@ -128,8 +163,9 @@ class DPPOSamplesGenerator(SamplesGenerator):
             self._dataloader_iter = iter(self.prompts_dataloader)
         if args.vllm.enable_sleep:
             batch_vllm_engine_call(self.vllm_engines, "wake_up")
+        generate = self._greso_generate if self.dppo.method == "greso" else self._pruned_generate
         try:
-            experiences, consumed, exhausted = self._pruned_generate(
+            experiences, consumed, exhausted = generate(
                 ctx, args.rollout.batch_size, args.algo.dynamic_filtering_enable, **generate_kwargs
             )
         finally:
@@ -180,6 +216,81 @@ class DPPOSamplesGenerator(SamplesGenerator):
             rd.PROMPTS_PRUNED: len(prompts) - len(kept),
         })  # fmt: skip
         return experiences, ctx.draw.drawn, exhausted or more_exhausted
+
+    def _greso_generate(self, ctx: StepContext, num_prompts: int, dynamic_filtering, **generate_kwargs):
+        """GRESO's step (docs/METHOD.md, "The peers: CPPO and GRESO"): every prompt drawn from the dataloader
+        (the first B and dynamic filtering's replacements alike: the iterator handed to OpenRLHF's
+        ``_generate_vllm`` is wrapped) is rolled out with its keep probability from its streaks and the
+        step's p_easy / p_hard (earlier steps only), and skipped before vLLM otherwise (one Bernoulli draw
+        each from the stream (``--dppo.seed``, draw), in the order drawn). Kept prompts train at weight 1
+        (GRPO's maker): biased by design. Then every rolled-out group (the filter's dropped ones too)
+        updates its prompt's streaks, and, from the second pass over the prompts on (a rolled-out prompt was
+        rolled out before), the step's easy / hard shares move p_easy / p_hard."""
+        streaks, control = self._greso()
+        p_easy, p_hard = control.p_easy, control.p_hard
+        generator = step_generator(self.dppo.seed, self.draws, 0)
+        skipped = [0]
+
+        def drawn_and_kept():
+            for datasources, prompts, labels, images in self._dataloader_iter:
+                index = torch.tensor([self.prompt_index[p] for p in prompts], dtype=torch.int64)
+                keep = greso_keep_probs(*streaks.streaks(index), p_easy, p_hard)
+                kept = (torch.rand(len(prompts), generator=generator, dtype=torch.float64) < keep).tolist()
+                skipped[0] += kept.count(False)
+                for k in (k for k, on in enumerate(kept) if on):
+                    ctx.prompts[prompts[k]] = PromptDraw(int(index[k]), float(keep[k]))
+                if any(kept):
+                    yield tuple(
+                        [x for x, on in zip(part, kept) if on]
+                        for part in (datasources, prompts, labels, images)
+                    )
+
+        experiences, rolled_out, exhausted = self._generate_vllm(
+            drawn_and_kept(), num_prompts, dynamic_filtering, dppo_step=ctx, **generate_kwargs
+        )
+        drawn = rolled_out + skipped[0]
+        if drawn:  # a call that found the dataloader empty made no draw
+            self.draws += 1
+        ctx.draw = DrawRecord(drawn=drawn, kept=rolled_out, rolled_out=rolled_out)
+        index, rewards = self._rolled_out_groups(ctx)
+        easy, hard = greso_shares(rewards)
+        adapted = bool(streaks.seen(index).any())  # the second pass over the prompts (or later)
+        streaks.update(index, rewards)
+        if adapted:
+            control.update(easy, hard)
+        ctx.metrics.update({
+            rd.GRESO_P_EASY: p_easy, rd.GRESO_P_HARD: p_hard, rd.GRESO_EASY_SHARE: easy,
+            rd.GRESO_HARD_SHARE: hard, rd.GRESO_ADAPTED: float(adapted),
+        })  # fmt: skip
+        ctx.add({rd.PROMPTS_DRAWN: drawn, rd.PROMPTS_ROLLED_OUT: rolled_out, rd.PROMPTS_PRUNED: skipped[0]})
+        return experiences, drawn, exhausted
+
+    def _rolled_out_groups(self, ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """(dataset index (n,), raw rewards (n, G)) of every group the step rolled out (``ctx.responses``:
+        those dynamic filtering dropped included), grouped by prompt in the order their first response
+        came back."""
+        G = self.args.rollout.n_samples_per_prompt
+        by_prompt: dict[str, list[float]] = {}
+        for exp in ctx.responses:
+            if exp.rewards is None:
+                raise RuntimeError(
+                    f"step {ctx.step}: a rollout of {exp.prompts[0]!r} has no reward; GRESO's streaks need the "
+                    "rewards at rollout (--reward.remote_url or --train.agent_func_path)"
+                )
+            by_prompt.setdefault(exp.prompts[0], []).extend(exp.rewards.reshape(-1).tolist())
+        index, rows = [], []
+        for prompt, rewards in by_prompt.items():
+            if len(rewards) % G:
+                raise RuntimeError(
+                    f"step {ctx.step}: {len(rewards)} rollouts of {prompt!r}, not groups of {G}"
+                )
+            for k in range(0, len(rewards), G):
+                index.append(self.prompt_index[prompt])
+                rows.append(rewards[k : k + G])
+        return (
+            torch.tensor(index, dtype=torch.int64),
+            torch.tensor(rows, dtype=torch.float64).reshape(len(rows), G),
+        )
 
     # ---- vLLM: what the filter dropped; every response -------------------------------------------
     def _generate_vllm(

@@ -53,6 +53,8 @@ from openrlhf_dppo.core import DPPOConfig
 from openrlhf_dppo.run_dir import RunDir, RunMeta
 
 logger = init_logger(__name__)
+# the methods whose generator keeps a draw state for the checkpoint (DPPO's history, GRESO's streaks)
+DRAW_STATE_METHODS = ("dppo", "greso")
 
 
 # OpenRLHF's trainer base, typed Any (the host is untyped; mypy accepts a base computed at run time only so)
@@ -137,7 +139,11 @@ class DPPOSteps(_BasePPOTrainer):
             logs_dict[rd.TOKENS_PER_SEC] = logs_dict[rd.TOKENS_GENERATED] / total
         if logs_dict:
             self.run_dir.log("train", global_step, logs_dict)
-        if client_states is not None and self.dppo.method == "dppo" and DPPO_STATE not in client_states:
+        if (
+            client_states is not None
+            and self.dppo.method in DRAW_STATE_METHODS
+            and DPPO_STATE not in client_states
+        ):
             client_states[DPPO_STATE] = self.dppo_state_dict()
         super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
         self._last_step = global_step
@@ -226,7 +232,7 @@ class _DPPOTrainer(DPPOSteps, _PPOTrainerBase):
         """OpenRLHF's checkpoint states, read once per run (``fit`` needs them before OpenRLHF's loop)."""
         if self._checkpoint_states is None:
             states = super().init_checkpoint_states()
-            if self.dppo.method == "dppo" and DPPO_STATE in states:
+            if self.dppo.method in DRAW_STATE_METHODS and DPPO_STATE in states:
                 self.load_dppo_state(states[DPPO_STATE])
             self._resume_run(states)
             self.samples_generator.steps = self._last_step  # the next rollouts are step _last_step + 1

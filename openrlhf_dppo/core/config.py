@@ -16,9 +16,10 @@ from openrlhf_dppo.core.history import RATE_CONTROLS, ZERO_SHARE_CAP
 from openrlhf_dppo.core.keep_probs import PROMPT_POLICIES
 
 SHORT_BATCH_RULES = ("drop", "train")
-#: the values of --dppo.method: grpo (OpenRLHF's GRPO, observed) and dppo (this method); each code path that
+#: the values of --dppo.method: grpo (OpenRLHF's GRPO, observed), dppo (this method) and the biased peer greso
+#: (docs/METHOD.md, "The peers: CPPO and GRESO"); each code path that
 #: differs by method tests ``method == "<name>"``, so a method is added by its name here and its branches
-METHODS = ("grpo", "dppo")
+METHODS = ("grpo", "dppo", "greso")
 
 
 class DPPOConfigError(ValueError):
@@ -57,7 +58,9 @@ class DPPOConfig:
         "the training method: grpo: OpenRLHF's GRPO (its samples generator, experience maker and training "
         "step), with group statistics in float64, an evaluation before step 1 when evaluation is on, the run "
         "directory, and without --train.dynamic_batch_enable a rank's partial last micro-batch refused; dppo: "
-        "DPPO, prompt and completion pruning by the --dppo.* settings that follow",
+        "DPPO, prompt and completion pruning by the --dppo.* settings that follow; greso: GRESO, biased by "
+        "design as published: prompts skipped before the rollout on their runs of all-equal groups, no "
+        "reweighting, GRPO's training step; needs --algo.dynamic_filtering_enable",
         choices=METHODS,
     )
     prompt_prune_rate: float = option(

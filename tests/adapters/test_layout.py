@@ -17,7 +17,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[2] / "openrlhf_dppo"
 STEP = ("adapters.trainer", "adapters.actor")  # a step of the sync trainer, to the optimizer
 ASYNC = ("adapters.async_trainer", "adapters.actor")  # the same under --train.async_enable
-MAX_STEP_FILES = 14
+MAX_STEP_FILES = 16  # DPPO's 14, and one core module for each peer method (core/cppo.py, core/greso.py)
 
 # Which sibling an adapter may import, and what from it: ``step`` (the module every part shares) and the
 # parts it builds or follows. Anything else (a helper of another adapter) belongs in ``step``.
@@ -131,7 +131,7 @@ def counted(modules: set[str]) -> list[str]:
     return sorted(MODULES[m].relative_to(PKG.parent).as_posix() for m in modules if not _only_reexports(m))
 
 
-def test_a_step_goes_through_at_most_14_of_our_files():
+def test_a_step_goes_through_at_most_16_of_our_files():
     files = counted(reach(STEP))
     assert len(files) <= MAX_STEP_FILES, f"{len(files)} files:\n" + "\n".join(files)
     assert "openrlhf_dppo/adapters/step.py" in files and "openrlhf_dppo/core/sampling.py" in files

@@ -182,3 +182,91 @@ def test_a_failing_reward_during_evaluation_is_reported_as_such():
     gen, _, _ = make_generator(DPPOConfig(), reward=reward)
     with pytest.raises(RewardError, match=r"^reward.py: no reward .*'eval 3' during the evaluation"):
         gen.generate_eval_samples(**KW, n_samples_per_prompt=2)
+
+
+# ---- GRESO (--dppo.method greso) -------------------------------------------------------------------------
+
+
+def _greso_generator(seed=3):
+    """16 prompts, B = 4, G = 4, dynamic filtering on (every 4th prompt is all-solved: filtered out)."""
+    cfg = DPPOConfig(method="greso", seed=seed)
+    gen, engine, _ = make_generator(cfg, n_prompts=16, batch=4, extra=["--algo.dynamic_filtering_enable"])
+    return gen, engine
+
+
+def _greso_steps(gen, engine, n):
+    """n steps (an exhausted answer ends an epoch and is not a step): [(ctx, prompts sent to vLLM, the
+    step's draw number)]."""
+    out = []
+    while len(out) < n:
+        engine.prompts.clear()
+        draw = gen.draws
+        samples, _, _, exhausted = gen.generate_samples(**KW)
+        if samples:
+            out.append((samples.ctx, list(engine.prompts), draw))
+        else:
+            assert exhausted
+    return out
+
+
+def test_greso_first_pass_skips_nothing_and_the_streaks_learn_from_every_rolled_out_group():
+    gen, engine = _greso_generator()
+    steps = _greso_steps(gen, engine, 3)  # the first pass: 16 prompts, 4 filtered and replaced
+    assert sum(ctx.metrics["prompts/drawn"] for ctx, _, _ in steps) == 16
+    for ctx, sent, _ in steps:
+        m = ctx.metrics
+        assert m["prompts/pruned"] == 0 and m["prompts/drawn"] == m["prompts/rolled_out"] == len(sent)
+        assert (m["greso/p_easy"], m["greso/p_hard"], m["greso/adapted"]) == (0.5, 0.5, 0.0)
+        assert m["greso/hard_share"] == 0.0
+        assert m["greso/easy_share"] == sum(int(p.split()[-1]) % 4 == 0 for p in sent) / len(sent)
+        assert {d.q for d in ctx.prompts.values()} == {1.0}
+    z_easy, z_hard = gen.streaks.streaks(torch.arange(16))
+    assert z_easy.tolist() == [int(i % 4 == 0) for i in range(16)] and z_hard.tolist() == [0] * 16
+    assert (gen.greso_control.p_easy, gen.greso_control.p_hard) == (0.5, 0.5)  # not adapted yet
+
+
+def test_greso_second_pass_skips_by_the_streaks_with_seeded_draws_and_adapts_p():
+    gen, engine = _greso_generator()
+    _greso_steps(gen, engine, 3)  # the first pass: prompts 0, 4, 8, 12 all solved once (z_easy 1)
+    steps = _greso_steps(gen, engine, 2)
+    position, skipped = 0, 0
+    for ctx, sent, draw in steps:
+        m = ctx.metrics
+        drawn = int(m["prompts/drawn"])
+        assert drawn == m["prompts/rolled_out"] + m["prompts/pruned"] and m["prompts/rolled_out"] == len(sent)
+        # the skip recomputed: one uniform per drawn prompt, in order, from the stream (seed, draw); an
+        # all-solved prompt is kept with p_easy ** 1, the others always
+        u = torch.rand(drawn, generator=step_generator(3, draw, 0), dtype=torch.float64).tolist()
+        keep = {i: m["greso/p_easy"] if i % 4 == 0 else 1.0 for i in range(position, position + drawn)}
+        assert sent == [f"question {i}" for (i, k), x in zip(keep.items(), u) if x < k]
+        assert all(ctx.prompts[p].q == keep[int(p.split()[-1])] for p in sent)
+        skipped += drawn - len(sent)
+        position += drawn
+        assert m["greso/adapted"] == 1.0  # the second pass adapts p_easy, p_hard
+    assert skipped > 0  # seed 3 skips some of the all-solved prompts
+    # each step moves p by 0.01 from the step's shares: easy down at >= alpha / 3; hard (none) up
+    p_easy = [ctx.metrics["greso/p_easy"] for ctx, _, _ in steps] + [gen.greso_control.p_easy]
+    p_hard = [ctx.metrics["greso/p_hard"] for ctx, _, _ in steps] + [gen.greso_control.p_hard]
+    assert p_easy[0] == p_hard[0] == 0.5
+    for k, (ctx, _, _) in enumerate(steps):
+        down = ctx.metrics["greso/easy_share"] >= 0.25 / 3
+        assert p_easy[k + 1] == pytest.approx(p_easy[k] - 0.01 if down else p_easy[k] + 0.01)
+        assert p_hard[k + 1] == pytest.approx(p_hard[k] + 0.01)
+
+
+def test_greso_state_round_trips_and_a_resumed_generator_repeats_the_draws():
+    gen, engine = _greso_generator()
+    _greso_steps(gen, engine, 3)  # the first pass; its dataloader is at the end
+    state = gen.dppo_state_dict()
+    resumed, resumed_engine = _greso_generator()  # a fresh dataloader: the second pass's start
+    resumed.load_dppo_state(state)
+    assert resumed.draws == gen.draws and resumed.greso_control.state_dict() == gen.greso_control.state_dict()
+    for name in ("z_easy", "z_hard", "rollouts"):
+        assert torch.equal(getattr(resumed.streaks, name), getattr(gen.streaks, name))
+    ahead = [(ctx.metrics, sent) for ctx, sent, _ in _greso_steps(gen, engine, 2)]
+    assert ahead == [(ctx.metrics, sent) for ctx, sent, _ in _greso_steps(resumed, resumed_engine, 2)]
+    dppo_gen, _, _ = make_generator(DPPOConfig())
+    with pytest.raises(ValueError, match="--dppo.method"):
+        dppo_gen.load_dppo_state(state)
+    with pytest.raises(ValueError, match="--dppo.method"):
+        resumed.load_dppo_state(dppo_gen.dppo_state_dict())

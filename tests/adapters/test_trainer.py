@@ -265,3 +265,56 @@ def test_a_short_last_batch_of_fewer_rollouts_than_ranks_is_counted_untrained_in
     else:  # sent to no rank, and the step says why
         assert len(t.actor_model_group.appended) == appended
         assert any("fewer than the 8 data-parallel ranks" in w for w in warned)
+
+
+def test_a_greso_step_trains_grpos_way_counts_the_skipped_prompts_and_checkpoints_its_state(tmp_path):
+    """--dppo.method greso: OpenRLHF's experience maker and step (nothing pruned after the rollout, no
+    dppo/* keys), the skipped prompts counted as prompts/pruned (drawn = rolled out + pruned), the greso/*
+    keys logged, and the streaks, p_easy / p_hard and the draw counter carried by the checkpoint."""
+    cfg = DPPOConfig(method="greso", seed=3)
+    extra = [
+        "--algo.dynamic_filtering_enable",
+        "--ckpt.save_steps",
+        "5",
+        "--ckpt.path",
+        str(tmp_path / "ckpt"),
+    ]
+    t = controller(tmp_path, cfg, extra=extra, batch=4, n_prompts=16)
+    statuses = [one_step(t)[0] for _ in range(5)]  # 3 steps over the 16 prompts, then 2 of the second pass
+    for s in statuses:
+        assert s["prompts/drawn"] == s["prompts/rolled_out"] + s["prompts/pruned"]
+        assert (
+            s["samples/generated"] == s["samples/trained"] + s["samples/filtered"]
+            and s["samples/pruned"] == 0
+        )
+        assert not any(k.startswith("dppo/") for k in s)
+        assert all(k in s for k in ("greso/p_easy", "greso/p_hard", "greso/easy_share", "greso/hard_share"))
+    assert [s["greso/adapted"] for s in statuses] == [0.0, 0.0, 0.0, 1.0, 1.0]
+    assert sum(s["prompts/pruned"] for s in statuses) > 0  # seed 3 skips some all-solved prompts
+
+    t.actor_model_group = group = CheckpointGroup()
+    client_states = {
+        "episode": 1,
+        "global_step": 5,
+        "total_consumed_prompts": 30,
+        "data_loader_state_dict": {},
+    }
+    t.save_logs_and_checkpoints(5, {"policy_loss": 0.0}, client_states)
+    path = tmp_path / "client_state.pt"
+    torch.save(group.saved[0]["client_states"], path)  # DeepSpeed's client_state: plain tensors and values
+    states = torch.load(path, weights_only=True)
+    assert (
+        states[DPPO_STATE]["method"] == "greso" and states[DPPO_STATE]["draws"] == t.samples_generator.draws
+    )
+
+    os.makedirs(tmp_path / "ckpt" / "_actor")
+    resumed = controller(
+        tmp_path / "resumed", cfg, extra=extra + ["--ckpt.load_enable"], batch=4, n_prompts=16
+    )
+    resumed.actor_model_group = CheckpointGroup(states)
+    assert resumed.init_checkpoint_states()["global_step"] == 5
+    gen, again = t.samples_generator, resumed.samples_generator
+    assert again.draws == gen.draws and again.greso_control.state_dict() == gen.greso_control.state_dict()
+    assert torch.equal(again.streaks.z_easy, gen.streaks.z_easy) and torch.equal(
+        again.streaks.z_hard, gen.streaks.z_hard
+    )
