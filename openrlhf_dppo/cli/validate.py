@@ -34,6 +34,7 @@ import re
 
 from openrlhf_dppo.cli import inputs
 from openrlhf_dppo.cli.flags import build_options, dppo_values_from_flags
+from openrlhf_dppo.cli.peers import greso_refusal
 from openrlhf_dppo.core.config import DPPOConfigError
 from openrlhf_dppo.core.packing import micro_batch_capacity
 
@@ -67,8 +68,8 @@ def validate(flags: dict, check_inputs: bool = True):
     dppo = cfg.method == "dppo"  # DPPO's draw, maker and packed plan (grpo, greso: OpenRLHF's)
     if dppo:
         check_dppo_requirements(flags)
-    if cfg.method == "greso":
-        check_greso_requirements(flags)
+    if cfg.method == "greso" and (refusal := greso_refusal(flags)) is not None:
+        raise FlagError(*refusal)
     check_host_asserts(flags)  # first: it refuses a ring or tensor-parallel size below 1 by name
     check_limits(flags, dppo=dppo)
     check_steps_per_batch(flags, dppo=dppo, short_batch=cfg.short_batch)
@@ -131,30 +132,6 @@ def check_dppo_requirements(flags: dict) -> None:
             "tokens), not a sum over sequences, so it cannot carry DPPO's per-sequence weights 1/(q p) and "
             "the pruned objective would be biased. Use --actor.aux_loss_coef 0 with DPPO (or --dppo.method "
             "grpo for the GRPO baseline).",
-        )
-
-
-def check_greso_requirements(flags: dict) -> None:
-    """What ``--dppo.method greso`` needs from OpenRLHF's flags, with the reason."""
-    if not flags["algo.dynamic_filtering_enable"]:
-        raise FlagError(
-            "--algo.dynamic_filtering_enable",
-            "--dppo.method greso needs it: GRESO skips prompts before the rollout, and dynamic filtering "
-            "refills the batch to --rollout.batch_size accepted groups (its replacement prompts pass the same "
-            "skip). Add --algo.dynamic_filtering_enable (with --algo.dynamic_filtering_range, e.g. 0.01 0.99).",
-        )
-    if flags["train.async_enable"]:
-        raise FlagError(
-            "--train.async_enable",
-            "not with --dppo.method greso: GRESO's skip and streaks run in the synchronous trainer's samples "
-            "generator only.",
-        )
-    if not flags["reward.remote_url"] and not flags["train.agent_func_path"]:
-        raise FlagError(
-            "--reward.remote_url",
-            "--dppo.method greso needs the rewards on the rollouts (its per-prompt streaks, and dynamic "
-            "filtering, read them as each group comes back). Pass --reward.remote_url <reward function .py "
-            "file or http(s) URL> or --train.agent_func_path <agent .py file>.",
         )
 
 
