@@ -12,7 +12,8 @@
 # Environment (defaults in brackets):
 #   TASK [addition]      addition (two-digit sums, tiny/task.py) | countdown (reasoning-gym's, 3-4 numbers,
 #                        tiny/countdown.py): picks the assets, the reward file and the lengths (below)
-#   ALGO [grpo]          grpo | dppo
+#   ALGO [grpo]          grpo | dppo | greso (GRESO, a biased peer: pass dynamic filtering's flags, as
+#                        benchmarks/time_to_accuracy.sh's greso arm does)
 #   SEED [1]             training seed (--train.seed) and DPPO's pruning seed (--dppo.seed)
 #   STEPS [150]          training steps (--dppo.max_steps; enough episodes are passed to cover them)
 #   EPISODE_STEPS [STEPS] the step count --train.num_episodes is sized for (>= STEPS)
@@ -50,7 +51,8 @@ DPPO_FLAGS=(${R_Q:+--dppo.prompt_prune_rate "$R_Q"} ${R_O:+--dppo.completion_pru
 case "$ALGO" in
   grpo) ALGO_FLAGS=(--dppo.method grpo) ;;
   dppo) ALGO_FLAGS=(--dppo.method dppo ${DPPO_FLAGS[@]+"${DPPO_FLAGS[@]}"} --dppo.seed "$SEED") ;;
-  *) echo "ALGO must be grpo or dppo, got '$ALGO'" >&2; exit 2 ;;
+  greso) ALGO_FLAGS=(--dppo.method greso --dppo.seed "$SEED") ;;
+  *) echo "ALGO must be grpo, dppo or greso, got '$ALGO'" >&2; exit 2 ;;
 esac
 
 # What follows the task: its assets, reward file, learning rate, completion and sequence lengths (the

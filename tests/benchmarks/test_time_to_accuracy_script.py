@@ -465,3 +465,16 @@ def test_flags_reach_every_arm_and_control_alike(tmp_path):
     budget = {arm: cmd for arm, _, cmd in commands(FLAGS=" ".join(extra), **env)}
     assert value(budget["zero-share-async-budget"], "--rollout.batch_size") == "40"
     assert budget["zero-share-async-budget"][-len(extra) - 1 :] == ["--train.async_enable", *extra]
+
+
+def test_the_greso_arm_is_greso_with_dfs_dynamic_filtering_and_no_controls():
+    runs = commands(pending=True, SEEDS="1", ARMS="grpo greso df", DF_RANGE="0.05 0.95")
+    assert [arm for arm, _, _ in runs] == ["grpo", "greso", "df"]  # a biased peer: no -uniform / -budget
+    greso, df = (cmd for arm, _, cmd in runs if arm in ("greso", "df"))
+    assert value(greso, "--dppo.method") == "greso" and value(greso, "--dppo.seed") == "1"
+    for cmd in (greso, df):
+        assert "--algo.dynamic_filtering_enable" in cmd
+        i = cmd.index("--algo.dynamic_filtering_range")
+        assert cmd[i + 1 : i + 3] == ["0.05", "0.95"]
+    res = run(SEEDS="1", ARMS="grpo greso-uniform")
+    assert res.returncode == 2 and "unknown arm 'greso-uniform'" in res.stderr

@@ -9,6 +9,8 @@ experience maker, replay buffer, checkpoints) on the embedded tiny model, a few 
   * DPPO with both pruning levels and packing (the default zero-share prompt rate from 0.5, completions
     at 0.5), 4 steps (2 per pass over 16 prompts), checkpoint every 2 steps, wandb in offline mode;
   * the DPPO run resumed from its step-2 checkpoint (steps 3-4);
+  * GRESO (``--dppo.method greso``, dynamic filtering on), B = 4 over the 16 prompts twice: the first
+    pass builds the streaks, the second skips by them and adapts p_easy, p_hard;
   * GRPO with the gloo weight sync switched off: vLLM's PyNccl then silently does nothing, and the
     sync check must stop the run at the first sync (the check has teeth).
 Every run has ``OPENRLHF_DPPO_VERIFY_SYNC`` on: after each weight sync the trainer compares per-tensor
@@ -161,6 +163,18 @@ def dppo_run(tiny, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def greso_run(tiny, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("greso"))
+    flags = common_flags(out, episodes=2) + [
+        "--dppo.method", "greso", "--algo.dynamic_filtering_enable",
+        "--algo.dynamic_filtering_range", "0.01", "0.99",
+        "--rollout.batch_size", "4", "--train.batch_size", "16",
+        "--train.micro_batch_size", "4",  # a group a micro-batch: an epoch's short last batch trains whole
+    ]  # fmt: skip
+    return run_cli(out, flags)
+
+
+@pytest.fixture(scope="module")
 def resumed_run(dppo_run, tmp_path_factory):
     """The DPPO run again from its own step-2 checkpoint (a copy, so the original stays intact)."""
     import shutil
@@ -270,6 +284,31 @@ def test_resume_from_step2_checkpoint(dppo_run, resumed_run):
     # vLLM samples the resumed steps afresh (its engines are seeded at start-up, not per request): their
     # groups may all have equal rewards, which the exact A == 0 drop trains nothing of
     check_token_accounting(resumed, trains=False)
+
+
+def test_greso_skips_by_its_streaks_counts_every_prompt_and_logs_its_state(greso_run):
+    rows = train_rows(greso_run)
+    assert rows, "no GRESO step"
+    for r in rows:
+        assert r["prompts/drawn"] == r["prompts/rolled_out"] + r["prompts/pruned"], r
+        for unit in ("tokens", "samples"):  # GRPO's step: nothing pruned after the rollout
+            assert r[f"{unit}/pruned"] == 0, r
+            parts = r[f"{unit}/trained"] + r[f"{unit}/filtered"] + r[f"{unit}/untrained"]
+            assert r[f"{unit}/generated"] == parts, r
+        for key in ("greso/p_easy", "greso/p_hard", "greso/easy_share", "greso/hard_share", "greso/adapted"):
+            assert key in r, key
+        assert 0.05 <= r["greso/p_easy"] <= 0.95 and 0.05 <= r["greso/p_hard"] <= 0.95
+        assert not any(k.startswith("dppo/") for k in r), r
+    # the first pass skips nothing (no prompt has a streak yet); the second pass adapts p_easy, p_hard
+    first = [r for r in rows if not r["greso/adapted"]]
+    assert first and all(r["prompts/pruned"] == 0 for r in first)
+    assert 0 < sum(r["prompts/drawn"] for r in first) <= DATA
+    adapted = [r for r in rows if r["greso/adapted"]]
+    assert adapted, "no step of the second pass"
+    config = json.load(open(os.path.join(greso_run["out"], "run_config.json")))
+    assert config["algo"] == "greso" and config["dppo"]["method"] == "greso"
+    status = json.load(open(os.path.join(greso_run["out"], "status.json")))
+    assert status["state"] == "finished"
 
 
 def test_a_broken_weight_sync_is_caught(tiny, tmp_path_factory):
