@@ -1,5 +1,5 @@
-"""The experience makers: completion pruning (docs/METHOD.md, "Completion pruning") for DPPO,
-OpenRLHF's maker for GRPO.
+"""The experience makers: completion pruning (docs/METHOD.md, "Completion pruning") for DPPO, CPPO's
+top-|A| rule for CPPO (``CPPOExperienceMaker``, "The peers: CPPO and GRESO"), OpenRLHF's maker for GRPO.
 
 Seam: ``RemoteExperienceMaker.make_experience_batch(rollouts)``; OpenRLHF hands it the generator's
 ``Rollouts`` unchanged, the step's ``StepContext`` on ``rollouts.ctx`` (``adapters.step``).
@@ -27,7 +27,7 @@ Fewer kept completions than data-parallel ranks are topped up with zero-weight f
 counted as pruned; or copies of the shortest rollout where the step rolled out fewer than the ranks): they
 are forwarded, add nothing to the gradient, and the actors count them as ``samples|tokens/fillers``.
 
-``CountingExperienceMaker`` (GRPO, ``--dppo.enable false``): OpenRLHF's maker with its group statistics in
+``CountingExperienceMaker`` (GRPO, ``--dppo.method grpo``): OpenRLHF's maker with its group statistics in
 float64 (as ``core.group_advantages``), ``samples|tokens/pruned`` = 0, and ``--dppo.short_batch train``
 marked on the experiences for the actors' replay buffer. Both makers log the step's forward batches
 (``perf/forward_batches``, ``perf/forward_tokens_max``).
@@ -58,14 +58,18 @@ from openrlhf_dppo.adapters.step import (
 )
 from openrlhf_dppo.core import (
     BATCH_WHITENED,
+    Draw,
     fold_weights,
     full_batch_normalizer,
     group_advantages,
+    keep_metrics,
     micro_batch_capacity,
     prune_completions,
     step_generator,
     token_whitening,
+    weight_metrics,
 )
+from openrlhf_dppo.core.cppo import cppo_keep_mask, cppo_kept_per_group, cppo_prompts
 
 
 class DPPOExperienceMaker(RemoteExperienceMaker):
@@ -123,13 +127,13 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         draw, metrics = self._completion_draw(adv_flat, (1.0 / q).repeat_interleave(G), dp, ctx.step)
         mask, weights = draw.mask, draw.weight.clone()
         # the exact A == 0 drop in effect: 0 whenever a KL or entropy term can move an A == 0 completion
-        metrics[rd.COMPLETION_ZERO_PROB_FRAC] = float((draw.prob == 0).double().mean())
+        metrics.setdefault(rd.COMPLETION_ZERO_PROB_FRAC, float((draw.prob == 0).double().mean()))
         tokens = [response_tokens(s) for s in rollout_samples]
         kept = mask.nonzero().flatten().tolist()
         lengths = [int(s.total_length.item()) for s in rollout_samples]
         fillers = self._top_up(mask, lengths, dp)
         weights[fillers] = 0.0
-        z_tok, z_seq = self._normalizers(ctx, tokens, q)
+        z_tok, z_seq = self._normalizers(ctx, tokens, q, mask)
         metrics[rd.NORMALIZER_TOKENS], metrics[rd.NORMALIZER_SEQS] = z_tok, z_seq
 
         train_ids = sorted(kept + fillers)
@@ -154,16 +158,21 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         capacity = micro_batch_capacity(
             args.train.max_tokens_per_gpu, args.ds.ring_attn_size, args.ds.tensor_parallel_size
         )
-        steps = num_optimizer_steps(
-            args.rollout.batch_size, G, args.train.batch_size, self._step_groups(ctx, len(draws)),
-            self.dppo.short_batch == "train", dp,
-        )  # fmt: skip
-        plan = build_dispatch(items, dp, capacity, steps, z_tok, z_seq)
+        plan = build_dispatch(items, dp, capacity, self._optimizer_steps(ctx, len(draws)), z_tok, z_seq)
         metrics.update(plan.metrics)
         ctx.metrics.update(metrics)
         pruned = (~mask).nonzero().flatten().tolist()  # counted where the mask is drawn
         ctx.add({rd.SAMPLES_PRUNED: len(pruned), rd.TOKENS_PRUNED: sum(tokens[i] for i in pruned)})
         return PlannedExperiences(experiences, plan)
+
+    def _optimizer_steps(self, ctx: StepContext, groups: int) -> int:
+        """GRPO's optimizer steps for the groups GRPO would train from this step's draw
+        (``step.num_optimizer_steps``); ``groups``: the rolled-out groups the maker was handed."""
+        args = self.args
+        return num_optimizer_steps(
+            args.rollout.batch_size, args.rollout.n_samples_per_prompt, args.train.batch_size,
+            self._step_groups(ctx, groups), self.dppo.short_batch == "train", effective_dp_size(args),
+        )  # fmt: skip
 
     def _step_groups(self, ctx: StepContext, accepted: int) -> int:
         """The groups GRPO would train from this step's draw, which set its optimizer steps: the prompts
@@ -189,8 +198,11 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         return [Experience.concat_experiences([samples[i] for i in part], pad) for part in parts]
 
     # ---- 5-6: advantages, normalisers ------------------------------------------------------------
-    def _normalizers(self, ctx: StepContext, tokens: list[int], q: torch.Tensor) -> tuple[float, float]:
-        """(Z_tok, Z_seq) of the full batch (docs/METHOD.md, "When it is unbiased", condition 3)."""
+    def _normalizers(
+        self, ctx: StepContext, tokens: list[int], q: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[float, float]:
+        """(Z_tok, Z_seq) of the full batch (docs/METHOD.md, "When it is unbiased", condition 3); ``mask``
+        (the kept completions) is not read: the full batch's normalisers do not depend on it."""
         args, G = self.args, self.args.rollout.n_samples_per_prompt
         prompt_tokens = torch.tensor(tokens, dtype=torch.float64).reshape(-1, G).sum(-1)
         w = 1.0 / q
@@ -258,6 +270,51 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
             items.extend(split_experience_batch(exp))
             exp.index = index
         return items
+
+
+class CPPOExperienceMaker(DPPOExperienceMaker):
+    """CPPO (``--dppo.method cppo``; docs/METHOD.md, "The peers: CPPO and GRESO"), biased by design, as
+    published: DPPO's maker (full-group advantages, forwards of the kept completions only, the packed
+    plan) with three parts replaced. Every drawn prompt was rolled out (q = 1); no prompt history.
+
+    - the completion draw: ``core.cppo.cppo_keep_mask`` on the full groups' advantages, the G - int(G P)
+      completions of largest |A| of each group, at weight 1; no exact A == 0 drop (CPPO keeps its top k);
+    - the normalisers: the kept completions' tokens and count (a token mean over the kept);
+    - the optimizer steps: GRPO's update size, the kept completions' whole ``--train.batch_size``
+      batches (``step.num_optimizer_steps``, the short-batch rule as DPPO's).
+    """
+
+    def __init__(self, *args, dppo, **kwargs):
+        super().__init__(*args, dppo=dppo, history=None, **kwargs)
+
+    def _completion_draw(self, adv_flat: torch.Tensor, prompt_weight: torch.Tensor, dp: int, step: int):
+        """(Draw, metrics): the kept mask, its 0/1 inclusion (a rule, no random draw), weight 1 on the kept."""
+        if not bool((prompt_weight == 1).all()):
+            raise RuntimeError("CPPO rolls out every drawn prompt (q = 1): a pruned prompt reached its maker")
+        G = self.args.rollout.n_samples_per_prompt
+        mask = cppo_keep_mask(adv_flat.reshape(-1, G), self.dppo.completion_prune_rate).reshape(-1)
+        weight = mask.to(torch.float64)
+        metrics = {**keep_metrics(completion_mask=mask), **weight_metrics(weight[mask])}
+        metrics[rd.COMPLETION_ZERO_ADV_FRAC] = float((adv_flat == 0).double().mean())
+        metrics[rd.COMPLETION_ZERO_PROB_FRAC] = 0.0  # no exact A == 0 drop under CPPO
+        return Draw(mask, weight.clone(), weight), metrics
+
+    def _normalizers(
+        self, ctx: StepContext, tokens: list[int], q: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[float, float]:
+        """(Z_tok, Z_seq) of the KEPT completions: CPPO's mean over what it trains."""
+        kept = mask.nonzero().flatten().tolist()
+        return float(sum(tokens[i] for i in kept)), float(len(kept))
+
+    def _optimizer_steps(self, ctx: StepContext, groups: int) -> int:
+        """GRPO's update size on the kept completions: int(B / (1 - P)) prompts drawn, G - int(G P) kept of
+        each group, their whole ``--train.batch_size`` batches."""
+        args, P = self.args, self.dppo.completion_prune_rate
+        G = args.rollout.n_samples_per_prompt
+        return num_optimizer_steps(
+            cppo_prompts(args.rollout.batch_size, P), cppo_kept_per_group(G, P), args.train.batch_size,
+            self._step_groups(ctx, groups), self.dppo.short_batch == "train", effective_dp_size(args),
+        )  # fmt: skip
 
 
 def forward_batch_metrics(experiences) -> dict:

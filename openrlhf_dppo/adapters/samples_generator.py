@@ -14,6 +14,7 @@ Seams (``SamplesGenerator``):
     q = 1). The draw never keeps nothing: OpenRLHF's loop would draw again, conditioning the step on a
     non-empty draw.
   * GRPO: OpenRLHF's method unchanged (its buffer included), observed through the two hooks below.
+  * CPPO: DPPO's step with int(B / (1 - P)) prompts drawn and every one rolled out (q = 1, ``core.cppo``).
   * GRESO: DPPO's step without the draw: every prompt pulled from the dataloader (dynamic filtering's
     replacements too) is skipped before vLLM with probability 1 - its keep probability (``core.greso``),
     counted as pruned; the step's rolled-out groups then update the streaks and p_easy / p_hard.
@@ -45,7 +46,15 @@ from openrlhf_dppo.adapters.step import (
     StepContext,
     response_tokens,
 )
-from openrlhf_dppo.core import PromptHistory, PromptRateControl, prune_prompts, step_generator
+from openrlhf_dppo.core import (
+    Draw,
+    PromptHistory,
+    PromptRateControl,
+    keep_metrics,
+    prune_prompts,
+    step_generator,
+)
+from openrlhf_dppo.core.cppo import cppo_prompts
 from openrlhf_dppo.core.greso import GresoController, GresoStreaks, greso_keep_probs, greso_shares
 
 logger = init_logger(__name__)
@@ -134,7 +143,7 @@ class DPPOSamplesGenerator(SamplesGenerator):
         if self.step_limit is not None and self.steps >= self.step_limit:
             return Rollouts(), None, 0, True
         ctx = StepContext(step=self.steps + 1)
-        if self.dppo.method in ("dppo", "greso"):
+        if self.dppo.method in ("dppo", "greso", "cppo"):
             samples, pass_rate, consumed, exhausted = self._one_draw(ctx, **generate_kwargs)
         else:
             samples, pass_rate, consumed, exhausted = super().generate_samples(
@@ -164,9 +173,12 @@ class DPPOSamplesGenerator(SamplesGenerator):
         if args.vllm.enable_sleep:
             batch_vllm_engine_call(self.vllm_engines, "wake_up")
         generate = self._greso_generate if self.dppo.method == "greso" else self._pruned_generate
+        num_prompts = args.rollout.batch_size
+        if self.dppo.method == "cppo":  # CPPO draws int(B / (1 - P)) prompts and rolls every one out
+            num_prompts = cppo_prompts(num_prompts, self.dppo.completion_prune_rate)
         try:
             experiences, consumed, exhausted = generate(
-                ctx, args.rollout.batch_size, args.algo.dynamic_filtering_enable, **generate_kwargs
+                ctx, num_prompts, args.algo.dynamic_filtering_enable, **generate_kwargs
             )
         finally:
             if args.vllm.enable_sleep:
@@ -185,13 +197,17 @@ class DPPOSamplesGenerator(SamplesGenerator):
         index = torch.tensor([self.prompt_index[p] for p in prompts], dtype=torch.int64)
         G = self.args.rollout.n_samples_per_prompt
         cfg = self.dppo
-        signals = self.history.signals(index, G)
-        rate = self.rate_control.rate()  # from earlier steps only: fixed before this rollout
-        draw, metrics = prune_prompts(
-            signals.score, 1.0 - rate, cfg.q_min, step_generator(cfg.seed, self.draws, 0),
-            policy=cfg.prompt_policy, unseen=signals.unseen,
-        )  # fmt: skip
-        self.draws += 1
+        if cfg.method == "cppo":  # every drawn prompt rolled out (q = 1): no history, no draw stream
+            ones = torch.ones(len(prompts), dtype=torch.float64)
+            draw, metrics, rate = Draw(ones.bool(), ones, ones), keep_metrics(prompt_mask=ones.bool()), 0.0
+        else:
+            signals = self.history.signals(index, G)
+            rate = self.rate_control.rate()  # from earlier steps only: fixed before this rollout
+            draw, metrics = prune_prompts(
+                signals.score, 1.0 - rate, cfg.q_min, step_generator(cfg.seed, self.draws, 0),
+                policy=cfg.prompt_policy, unseen=signals.unseen,
+            )  # fmt: skip
+            self.draws += 1
         kept = draw.mask.nonzero().flatten().tolist()
         if not kept:  # OpenRLHF's loop would draw again for the same step: a biased step (core.sampling)
             raise RuntimeError(f"step {ctx.step}: the prompt draw kept no prompt; prune_prompts must not")

@@ -41,6 +41,7 @@ from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.core import BATCH_WHITENED, DPPOConfig, reward_stats
 from openrlhf_dppo.core.config import DPPOConfigError
+from openrlhf_dppo.core.cppo import cppo_kept_per_group, cppo_prompts
 from openrlhf_dppo.run_dir import RunMeta
 
 DPPO_STATE = "dppo_state"  # the checkpoint's client-state key of DPPO's draw state
@@ -155,12 +156,17 @@ def short_batch_steps(args, prompts: int, rule: str) -> int:
     return max(0, made - prompts * G // T) * args.train.num_episodes * args.train.max_epochs
 
 
-def scheduler_steps(args, host_steps: int, step_limit: int | None, span: int | None = None) -> int:
+def scheduler_steps(
+    args, host_steps: int, step_limit: int | None, span: int | None = None, per_step: int | None = None
+) -> int:
     """The optimizer steps the LR schedule spans (OpenRLHF's ``get_max_steps``): ``host_steps``, or the
     steps of ``step_limit`` training steps if fewer (``--dppo.max_steps``), or those of ``span`` training
     steps whether or not the run makes them (``--dppo.schedule_steps``). A span shorter than the run is
-    refused (``DPPOConfigError``): past its end the cosine would climb back up."""
-    per_step = max(1, args.rollout.batch_size * args.rollout.n_samples_per_prompt // args.train.batch_size)
+    refused (``DPPOConfigError``): past its end the cosine would climb back up. per_step: the optimizer
+    steps of a training step (default GRPO's, B G // train batch)."""
+    if per_step is None:
+        per_step = args.rollout.batch_size * args.rollout.n_samples_per_prompt // args.train.batch_size
+    per_step = max(1, per_step)
     epochs = args.train.max_epochs
     run_steps = host_steps if step_limit is None else min(host_steps, step_limit * per_step * epochs)
     if span is None:
@@ -179,9 +185,26 @@ def scheduler_steps(args, host_steps: int, step_limit: int | None, span: int | N
 def planned_steps(args, host_steps: int, prompts: int, dppo: DPPOConfig, run: RunMeta) -> int:
     """The optimizer steps the LR schedule spans for this run: OpenRLHF's count (``host_steps``) plus the
     short batches' steps, cut to ``--dppo.max_steps``, spread to ``--dppo.schedule_steps``. prompts: the
-    prompt dataset's length."""
+    prompt dataset's length. CPPO (``--dppo.method cppo``) counts its own steps (``cppo_steps``)."""
+    if dppo.method == "cppo":
+        host_steps, per_step = cppo_steps(args, prompts, dppo)
+        return scheduler_steps(args, host_steps, run.max_steps, run.schedule_steps, per_step)
     host_steps += short_batch_steps(args, prompts, dppo.short_batch)
     return scheduler_steps(args, host_steps, run.max_steps, run.schedule_steps)
+
+
+def cppo_steps(args, prompts: int, dppo: DPPOConfig) -> tuple[int, int]:
+    """CPPO's optimizer steps over the run and those of one full training step: an epoch of ``prompts``
+    draws int(B / (1 - P)) prompts a step (``core.cppo.cppo_prompts``), and a step makes the whole train
+    batches of its G - int(G P) kept completions a group (``num_optimizer_steps``; an epoch's short last
+    draw by ``--dppo.short_batch``), per episode and PPO epoch."""
+    P, G, T = dppo.completion_prune_rate, args.rollout.n_samples_per_prompt, args.train.batch_size
+    drawn, kept = cppo_prompts(args.rollout.batch_size, P), cppo_kept_per_group(G, P)
+    train, dp = dppo.short_batch == "train", effective_dp_size(args)
+    full, rest = divmod(prompts, drawn)
+    per_step = num_optimizer_steps(drawn, kept, T, drawn, train, dp)
+    made = full * per_step + (num_optimizer_steps(drawn, kept, T, rest, train, dp) if rest else 0)
+    return made * args.train.num_episodes * args.train.max_epochs, per_step
 
 
 # ---- the step's checks ------------------------------------------------------------------------------

@@ -35,7 +35,11 @@ from openrlhf.utils.logging_utils import init_logger
 
 from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters.dispatch import planned_balance
-from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker, DPPOExperienceMaker
+from openrlhf_dppo.adapters.experience_maker import (
+    CountingExperienceMaker,
+    CPPOExperienceMaker,
+    DPPOExperienceMaker,
+)
 from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator
 from openrlhf_dppo.adapters.step import (
     DPPO_STATE,
@@ -55,6 +59,8 @@ from openrlhf_dppo.run_dir import RunDir, RunMeta
 logger = init_logger(__name__)
 # the methods whose generator keeps a draw state for the checkpoint (DPPO's history, GRESO's streaks)
 DRAW_STATE_METHODS = ("dppo", "greso")
+# the methods whose maker returns a packed plan (DPPO's and CPPO's), trained through planned_balance
+PLANNED_METHODS = ("dppo", "cppo")
 
 
 # OpenRLHF's trainer base, typed Any (the host is untyped; mypy accepts a base computed at run time only so)
@@ -81,9 +87,12 @@ class DPPOSteps(_BasePPOTrainer):
 
     def _make_experience_maker(self, history):
         """DPPO's maker (``history``: the prompt history it updates, or None where the generator keeps it)
-        or, with ``--dppo.method grpo``, OpenRLHF's with the counts."""
+        or CPPO's (``--dppo.method cppo``: DPPO's with CPPO's keep rule, no history) or, with
+        ``--dppo.method grpo``, OpenRLHF's with the counts."""
         maker_args = (self.actor_model_group, self.critic_model_group, self.reward_model_group,
                       self.reference_model_group, self.kl_ctl, self.strategy, self.tokenizer)  # fmt: skip
+        if self.dppo.method == "cppo":
+            return CPPOExperienceMaker(*maker_args, dppo=self.dppo)
         if self.dppo.method == "dppo":
             return DPPOExperienceMaker(*maker_args, dppo=self.dppo, history=history)
         return CountingExperienceMaker(*maker_args, short_batch=self.dppo.short_batch)
@@ -98,7 +107,7 @@ class DPPOSteps(_BasePPOTrainer):
         G = self.args.rollout.n_samples_per_prompt
         rolled_out = list(rollout_samples) + ctx.filtered
         stats = rollout_stats(rolled_out, G, ctx)
-        if self.dppo.method == "dppo":  # OpenRLHF calls balance_experiences by its module-global name
+        if self.dppo.method in PLANNED_METHODS:  # OpenRLHF calls balance_experiences by its global name
             with swap_attr(ppo_trainer, "balance_experiences", planned_balance):
                 status, step = super().train_step(rollout_samples, global_step)
         elif len(rollout_samples) < effective_dp_size(self.args):

@@ -29,3 +29,25 @@ def greso_refusal(flags: dict) -> tuple[str, str] | None:
             "--train.agent_func_path <agent .py file>.",
         )
     return None
+
+
+def cppo_refusal(flags: dict, prune_rate: float) -> tuple[str, str] | None:
+    """``--dppo.method cppo`` (beyond DPPO's requirements, which it shares): its larger draw and keep rule
+    run in the synchronous trainer only; a rate that prunes no completion of a group is no CPPO."""
+    from openrlhf_dppo.core.cppo import cppo_kept_per_group
+
+    if flags["train.async_enable"]:
+        return (
+            "--train.async_enable",
+            "not with --dppo.method cppo: CPPO's larger prompt draw and its keep rule run in the synchronous "
+            "trainer only. Drop --train.async_enable, or run --dppo.method dppo or grpo asynchronously.",
+        )
+    G = flags["rollout.n_samples_per_prompt"]
+    if G - cppo_kept_per_group(G, prune_rate) == 0:
+        return (
+            "--dppo.completion_prune_rate",
+            f"{prune_rate}: CPPO prunes int(G x rate) completions of each group, 0 for "
+            f"--rollout.n_samples_per_prompt {G}; it would prune nothing and still draw int(B / (1 - rate)) "
+            f"prompts. Use a rate of at least 1 / G = {1 / G:g} (the paper's 0.5).",
+        )
+    return None

@@ -164,7 +164,7 @@ def main(
             state.cfg, state.opts = validate(flags, check_inputs=check_inputs)
         except FlagError as err:  # the message alone: OpenRLHF's usage text runs to hundreds of lines
             parser.exit(2, f"{parser.prog}: error: {err}\n")
-        dppo = state.cfg.method == "dppo"
+        dppo = state.cfg.method in ("dppo", "cppo")  # DPPO's packed plan (CPPO trains through it too)
         for line in state.cfg.notices() + limit_notices(flags, dppo):
             print(f"[openrlhf-dppo] {line}")
         if dppo and not getattr(ns, "train.dynamic_batch_enable"):

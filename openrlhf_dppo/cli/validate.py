@@ -34,7 +34,7 @@ import re
 
 from openrlhf_dppo.cli import inputs
 from openrlhf_dppo.cli.flags import build_options, dppo_values_from_flags
-from openrlhf_dppo.cli.peers import greso_refusal
+from openrlhf_dppo.cli.peers import cppo_refusal, greso_refusal
 from openrlhf_dppo.core.config import DPPOConfigError
 from openrlhf_dppo.core.packing import micro_batch_capacity
 
@@ -65,9 +65,12 @@ def validate(flags: dict, check_inputs: bool = True):
         cfg, run = build_options(dppo_values_from_flags(flags))
     except DPPOConfigError as err:
         raise FlagError(f"--dppo.{err.field}", f"{err.value!r}: {err.reason}") from err
-    dppo = cfg.method == "dppo"  # DPPO's draw, maker and packed plan (grpo, greso: OpenRLHF's)
+    # DPPO's maker and packed plan, CPPO's too (grpo, greso: OpenRLHF's maker and training step)
+    dppo = cfg.method in ("dppo", "cppo")
     if dppo:
         check_dppo_requirements(flags)
+    if cfg.method == "cppo" and (refusal := cppo_refusal(flags, cfg.completion_prune_rate)) is not None:
+        raise FlagError(*refusal)
     if cfg.method == "greso" and (refusal := greso_refusal(flags)) is not None:
         raise FlagError(*refusal)
     check_host_asserts(flags)  # first: it refuses a ring or tensor-parallel size below 1 by name

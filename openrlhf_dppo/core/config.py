@@ -16,10 +16,10 @@ from openrlhf_dppo.core.history import RATE_CONTROLS, ZERO_SHARE_CAP
 from openrlhf_dppo.core.keep_probs import PROMPT_POLICIES
 
 SHORT_BATCH_RULES = ("drop", "train")
-#: the values of --dppo.method: grpo (OpenRLHF's GRPO, observed), dppo (this method) and the biased peer greso
-#: (docs/METHOD.md, "The peers: CPPO and GRESO"); each code path that
+#: the values of --dppo.method: grpo (OpenRLHF's GRPO, observed), dppo (this method), the biased peers greso
+#: and cppo (docs/METHOD.md, "The peers: CPPO and GRESO"); each code path that
 #: differs by method tests ``method == "<name>"``, so a method is added by its name here and its branches
-METHODS = ("grpo", "dppo", "greso")
+METHODS = ("grpo", "dppo", "greso", "cppo")
 
 
 class DPPOConfigError(ValueError):
@@ -60,7 +60,10 @@ class DPPOConfig:
         "directory, and without --train.dynamic_batch_enable a rank's partial last micro-batch refused; dppo: "
         "DPPO, prompt and completion pruning by the --dppo.* settings that follow; greso: GRESO, biased by "
         "design as published: prompts skipped before the rollout on their runs of all-equal groups, no "
-        "reweighting, GRPO's training step; needs --algo.dynamic_filtering_enable",
+        "reweighting, GRPO's training step; needs --algo.dynamic_filtering_enable; cppo: CPPO, biased by design as "
+        "published: int(B / (1 - P)) prompts rolled out, the G - int(G P) completions of largest |A| of each "
+        "group trained at weight 1 (P = --dppo.completion_prune_rate, > 0), GRPO's update size; the prompt-level "
+        "flags and --dppo.p_min do not apply",
         choices=METHODS,
     )
     prompt_prune_rate: float = option(
@@ -147,7 +150,14 @@ class DPPOConfig:
                 f"expected at most 1 - {rate} = {1 - top:g}: the floor alone would keep more prompts than "
                 "the budget",
             )
-        if self.p_min > 1.0 - self.completion_prune_rate + 1e-12:
+        if self.method == "cppo" and self.completion_prune_rate <= 0:
+            _reject(
+                "completion_prune_rate",
+                self.completion_prune_rate,
+                "expected a rate in (0, 1) under --dppo.method cppo: CPPO prunes each group's completions of "
+                "smallest |A| at this rate and draws int(B / (1 - rate)) prompts (the paper's 0.5)",
+            )
+        if self.method != "cppo" and self.p_min > 1.0 - self.completion_prune_rate + 1e-12:
             _reject(
                 "p_min",
                 self.p_min,
@@ -159,6 +169,13 @@ class DPPOConfig:
         """What these settings leave unpruned that a user may not expect, one line each (printed at start)."""
         fixed = self.prompt_rate_control == "fixed"
         unpruned = fixed and self.prompt_prune_rate == 0 and self.completion_prune_rate == 0
+        if self.method == "cppo":
+            return [
+                "CPPO (biased by design) rolls out int(--rollout.batch_size / (1 - --dppo.completion_prune_rate)) "
+                "prompts a step and trains each group's completions of largest |A| at weight 1; "
+                "--dppo.prompt_prune_rate, --dppo.prompt_rate_control, --dppo.prompt_policy, --dppo.q_min and "
+                "--dppo.p_min do not apply"
+            ]
         if self.method == "dppo" and unpruned:
             return [
                 "DPPO prunes no prompt and no completion at these settings (only completions of advantage 0, "

@@ -7,18 +7,24 @@ the history sees the groups dynamic filtering dropped. (The loss through the pla
 """
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
-from dppo_pipeline import args_for, dppo_maker, grpo_maker, make, tag
+from dppo_pipeline import args_for, dppo_maker, groups, grpo_maker, make, tag
 from dppo_stand_ins import (
+    StandInTokenizer,
+    base_argv,
+    make_args,
     rollout,
     rollout_batch,
 )
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
 from openrlhf_dppo.adapters.dispatch import SAMPLE_WEIGHT
 from openrlhf_dppo.core import DPPOConfig, completion_keep_probs, sample_mask, step_generator
+from openrlhf_dppo.core.cppo import cppo_keep_mask
 
 pytestmark = pytest.mark.usefixtures("stand_in_ray")
 
@@ -236,3 +242,76 @@ def test_reinforce_baseline_under_pruning_whitens_with_the_horvitz_thompson_toke
     for ret, w, adv in rows:
         torch.testing.assert_close(adv, ((ret - mean) * rstd * w), rtol=1e-5, atol=1e-6)
     assert min(w for _, w, _ in rows) >= 1.0 and len({w for _, w, _ in rows}) > 1  # really reweighted
+
+
+# ---- CPPO (--dppo.method cppo): the biased peer ------------------------------------------------------
+
+
+def cppo_maker(args, cfg):
+    from openrlhf_dppo.adapters.experience_maker import CPPOExperienceMaker
+
+    actor, ref = groups(args)
+    kl = FixedKLController(args.algo.kl.init_coef)
+    return CPPOExperienceMaker(
+        actor, None, None, ref, kl, SimpleNamespace(args=args), StandInTokenizer(), dppo=cfg
+    )
+
+
+def _grpo_advantages(samples, G):
+    r64 = torch.cat([s.rewards for s in samples]).reshape(-1, G).double()
+    return ((r64 - r64.mean(-1, keepdim=True)) / (r64.std(-1, keepdim=True) + 1e-9)).float()
+
+
+@pytest.mark.parametrize("kl", ["none", "reward"])
+def test_cppo_trains_the_top_abs_advantages_of_each_full_group_at_weight_one(kl):
+    """The G - int(G P) completions of largest |A| of each group (A of the FULL group), forwarded alone,
+    at weight 1 (A folded times 1), normalised by the kept count and tokens; the all-equal groups keep
+    their first k too (no exact A == 0 drop under CPPO, with or without a KL term)."""
+    args = args_for(kl=kl)
+    G = args.rollout.n_samples_per_prompt
+    samples = tag(rollout_batch(6, G, seed=2), G)
+    grpo = by_sample(grpo_maker(args).make_experience_batch(tag(copy.deepcopy(samples), G)), list(range(24)))
+    cfg = DPPOConfig(method="cppo", completion_prune_rate=0.5)
+    maker = cppo_maker(args, cfg)
+    experiences, ctx = make(maker, samples, step=3, drawn=6)
+    adv = _grpo_advantages(samples, G)
+    kept = cppo_keep_mask(adv, 0.5).reshape(-1).nonzero().flatten().tolist()
+    assert len(kept) == 12 and all(len([i for i in kept if i // G == j]) == 2 for j in range(6))
+    assert [i for i in kept if i // G == 2] == [8, 9]  # group 2 is all-equal (A = 0): its first two
+    assert maker.actor_model_group.forwarded == len(kept)
+    rows = by_sample(experiences, kept)
+    assert sorted(rows) == kept
+    for i in kept:  # weight 1: CPPO's advantages are GRPO's, row for row
+        assert torch.equal(rows[i][0], grpo[i][0]), i
+        assert torch.equal(rows[i][1], grpo[i][1]), i
+    assert torch.cat([e.info[SAMPLE_WEIGHT] for e in experiences]).eq(1.0).all()
+    m = ctx.metrics
+    tokens = [int(s.action_mask.sum()) for s in samples]
+    assert m["samples/pruned"] == 12 and m["tokens/pruned"] == sum(tokens) - sum(tokens[i] for i in kept)
+    assert m["dppo/normalizer_seqs"] == 12 and m["dppo/normalizer_tokens"] == sum(tokens[i] for i in kept)
+    assert m["dppo/weight_mean"] == m["dppo/weight_max"] == 1.0 and m["dppo/completion_keep_frac"] == 0.5
+    assert m["dppo/completion_zero_prob_frac"] == 0.0
+    assert maker.history is None  # CPPO keeps no prompt history
+
+
+@pytest.mark.parametrize("batch,train,P,expected", [(4, 16, 0.5, 1), (4, 8, 0.5, 2), (3, 8, 0.25, 1)])
+def test_cppos_optimizer_steps_are_grpos_update_size_on_the_kept_completions(batch, train, P, expected):
+    """int(B / (1 - P)) prompts drawn, G - int(G P) kept of each, their whole --train.batch_size batches:
+    B G / T for B = 4, G = 4 at P = 0.5 (8 prompts, 2 kept each: 16); 3 / 0.75 = 4 prompts at P = 0.25
+    keep 3 each: 12 completions, one batch of 8."""
+    from openrlhf_dppo.core.cppo import cppo_prompts
+
+    args = make_args(base_argv(batch=batch, train_batch=train))
+    G = args.rollout.n_samples_per_prompt
+    drawn = cppo_prompts(batch, P)
+    samples = tag(rollout_batch(drawn, G, seed=4), G)
+    _, ctx = make(cppo_maker(args, DPPOConfig(method="cppo", completion_prune_rate=P)), samples, drawn=drawn)
+    assert ctx.metrics["dppo/optimizer_steps"] == expected
+
+
+def test_a_pruned_prompt_never_reaches_cppos_maker():
+    args = args_for()
+    G = args.rollout.n_samples_per_prompt
+    samples = tag(rollout_batch(2, G, seed=1), G, q=[0.5, 1.0])
+    with pytest.raises(RuntimeError, match="q = 1"):
+        make(cppo_maker(args, DPPOConfig(method="cppo", completion_prune_rate=0.5)), samples, drawn=2)

@@ -25,7 +25,11 @@ SIBLINGS: dict[str, dict[str, set[str] | None]] = {
     "trainer": {
         "step": None,
         "samples_generator": {"DPPOSamplesGenerator"},  # the sync trainer builds the generator ...
-        "experience_maker": {"DPPOExperienceMaker", "CountingExperienceMaker"},  # ... and the maker
+        "experience_maker": {
+            "DPPOExperienceMaker",
+            "CPPOExperienceMaker",
+            "CountingExperienceMaker",
+        },  # ... the maker
         "dispatch": {"planned_balance"},  # OpenRLHF's balance_experiences for a DPPO step
     },
     "async_trainer": {

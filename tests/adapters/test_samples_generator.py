@@ -270,3 +270,30 @@ def test_greso_state_round_trips_and_a_resumed_generator_repeats_the_draws():
         dppo_gen.load_dppo_state(state)
     with pytest.raises(ValueError, match="--dppo.method"):
         resumed.load_dppo_state(dppo_gen.dppo_state_dict())
+
+
+# ---- CPPO (--dppo.method cppo) ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch,rate,drawn", [(4, 0.5, 8), (3, 0.25, 4), (3, 0.7, 10)])
+def test_cppo_rolls_out_int_b_over_one_minus_p_prompts_none_pruned(batch, rate, drawn):
+    """CPPO's step draws int(B / (1 - P)) prompts and rolls every one out with q = 1: no prompt history,
+    no draw stream; the counts say so (prompts/pruned 0, dppo/prompt_keep_frac 1)."""
+    cfg = DPPOConfig(method="cppo", completion_prune_rate=rate)
+    gen, engine, history = make_generator(cfg, n_prompts=24, batch=batch, extra=["--train.batch_size", "4"])
+    assert history is None and gen.history is None
+    samples, _, consumed, exhausted = gen.generate_samples(**KW)
+    ctx = samples.ctx
+    assert consumed == drawn and not exhausted
+    assert sorted(engine.prompts) == sorted(f"question {i}" for i in range(drawn))
+    assert len(samples) == 4 * drawn and {d.q for d in ctx.prompts.values()} == {1.0}
+    assert (ctx.draw.drawn, ctx.draw.kept, ctx.draw.rolled_out) == (drawn, drawn, drawn)
+    m = ctx.metrics
+    assert (m["prompts/drawn"], m["prompts/rolled_out"], m["prompts/pruned"]) == (drawn, drawn, 0.0)
+    assert m["dppo/prompt_keep_frac"] == 1.0 and m["samples/generated"] == 4 * drawn
+    assert gen.draws == 0  # no random prompt draw was made
+    engine.prompts.clear()
+    samples, _, consumed, _ = gen.generate_samples(**KW)  # the next step takes the next prompts
+    assert consumed == drawn and sorted(engine.prompts) == sorted(
+        f"question {i}" for i in range(drawn, 2 * drawn)
+    )

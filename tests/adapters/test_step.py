@@ -8,8 +8,17 @@ import pytest
 from dppo_pipeline import schedule_of
 from dppo_stand_ins import base_argv, make_args
 
-from openrlhf_dppo.adapters.step import AccountingError, check_accounting, scheduler_steps, swap_attr
+from openrlhf_dppo.adapters.step import (
+    AccountingError,
+    check_accounting,
+    cppo_steps,
+    planned_steps,
+    scheduler_steps,
+    swap_attr,
+)
+from openrlhf_dppo.core import DPPOConfig
 from openrlhf_dppo.core.config import DPPOConfigError
+from openrlhf_dppo.run_dir import RunMeta
 
 
 def test_accounting_check_raises_on_a_mismatch_or_a_missing_count():
@@ -94,3 +103,23 @@ def test_swap_attr_restores_a_module_global_and_removes_an_instance_attribute_th
     with pytest.raises(RuntimeError), swap_attr(host, "balance", None):
         raise RuntimeError("the step failed")
     assert host.balance() == "host"
+
+
+@pytest.mark.parametrize(
+    "prompts,rule,expected",
+    [
+        (24, "drop", 3),  # 3 draws of 8 prompts, 2 kept a group of 4: 16 completions, one batch of 16 each
+        (20, "drop", 2),  # the short last draw of 4 prompts keeps 8: less than a batch, not trained
+        (20, "train", 3),  # ... or one step of its own under --dppo.short_batch train
+    ],
+)
+def test_cppos_planned_steps_count_an_epoch_by_its_larger_draw(prompts, rule, expected):
+    """--dppo.method cppo at P = 0.5: int(B / (1 - P)) = 8 prompts a step, G - int(G P) = 2 kept of each
+    group, the kept completions' whole train batches; GRPO's count of the same epoch is 24 x 4 // 16 = 6."""
+    args = make_args(base_argv(batch=4, group=4, train_batch=16))
+    cfg = DPPOConfig(method="cppo", completion_prune_rate=0.5, short_batch=rule)
+    assert cppo_steps(args, prompts, cfg) == (expected, 1)
+    host = prompts * 4 // 16  # OpenRLHF's count, replaced under CPPO
+    assert planned_steps(args, host, prompts, cfg, RunMeta()) == expected
+    assert planned_steps(args, host, prompts, cfg, RunMeta(max_steps=2)) == 2  # one optimizer step a step
+    assert planned_steps(args, host, prompts, cfg, RunMeta(max_steps=1, schedule_steps=5)) == 5
