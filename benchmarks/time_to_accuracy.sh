@@ -12,6 +12,9 @@
 #   df       GRPO with OpenRLHF's dynamic filtering (DAPO dynamic sampling; the GRESO-style baseline)
 #   greso    GRESO (--dppo.method greso) with df's dynamic filtering (DF_RANGE): a biased peer, with no
 #            X-uniform / X-budget controls
+#   cppo     CPPO (--dppo.method cppo --dppo.completion_prune_rate 0.5: int(PROMPTS / 0.5) prompts rolled
+#            out a step, the top half of each group by |A| trained at weight 1): a biased peer, with no
+#            X-uniform / X-budget controls; like greso, no X-async (the peers run on the sync trainer)
 #   grpo-half  GRPO with half the prompts a step (PROMPTS / 2): the batch DPPO rolls out at r_q = 0.5, a
 #            control for "is it only a smaller batch?" (compare names it a control, GRPO at DPPO's budget,
 #            comparable: it differs in its batch by design)
@@ -93,6 +96,7 @@ arm_env() {  # arm -> "ALGO [VAR=value ...] extra-flags...": the VAR=value words
     shrink-unseen-ro0) echo "dppo R_Q=0.5 R_O=0 --dppo.prompt_rate_control fixed" ;;
     df) echo "grpo --algo.dynamic_filtering_enable --algo.dynamic_filtering_range ${DF_RANGE[*]}" ;;
     greso) echo "greso --algo.dynamic_filtering_enable --algo.dynamic_filtering_range ${DF_RANGE[*]}" ;;
+    cppo) echo "cppo R_O=0.5" ;;
     shrink|refill|refill-unseen|*-sqrt|*-sqrt-*)
       echo "arm '$1' ran flags that were removed (--dppo.prompt_batch, --dppo.unseen_prompts keep," \
         "--dppo.prompt_policy sqrt); it is recoverable from tag laboratory-v1" >&2; return 2 ;;
@@ -111,8 +115,11 @@ arm_env() {  # arm -> "ALGO [VAR=value ...] extra-flags...": the VAR=value words
       if ! words=$(arm_env "${1%-async}" 2> /dev/null) || [[ "$words" == *--train.async_enable* ]]; then
         echo "unknown arm '$1' (X-async is arm X under OpenRLHF's asynchronous trainer)" >&2; return 2
       fi
+      if [[ "$words" == cppo* || "$words" == greso* ]]; then
+        echo "unknown arm '$1' (the peers cppo and greso run on the synchronous trainer only)" >&2; return 2
+      fi
       echo "$words --train.async_enable" ;;
-    *) echo "unknown arm '$1' (grpo, zero-share, shrink-unseen, shrink-unseen-ro0, df, greso, grpo-half, any of" \
+    *) echo "unknown arm '$1' (grpo, zero-share, shrink-unseen, shrink-unseen-ro0, df, greso, cppo, grpo-half, any of" \
          "them under the async trainer X-async, or a DPPO arm's control X-uniform, X-budget)" >&2; return 2 ;;
   esac
 }

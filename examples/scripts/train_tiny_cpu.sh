@@ -13,7 +13,8 @@
 #   TASK [addition]      addition (two-digit sums, tiny/task.py) | countdown (reasoning-gym's, 3-4 numbers,
 #                        tiny/countdown.py): picks the assets, the reward file and the lengths (below)
 #   ALGO [grpo]          grpo | dppo | greso (GRESO, a biased peer: pass dynamic filtering's flags, as
-#                        benchmarks/time_to_accuracy.sh's greso arm does)
+#                        benchmarks/time_to_accuracy.sh's greso arm does) | cppo (CPPO, a biased peer, at
+#                        --dppo.completion_prune_rate R_O, 0.5 unless set)
 #   SEED [1]             training seed (--train.seed) and DPPO's pruning seed (--dppo.seed)
 #   STEPS [150]          training steps (--dppo.max_steps; enough episodes are passed to cover them)
 #   EPISODE_STEPS [STEPS] the step count --train.num_episodes is sized for (>= STEPS)
@@ -52,7 +53,8 @@ case "$ALGO" in
   grpo) ALGO_FLAGS=(--dppo.method grpo) ;;
   dppo) ALGO_FLAGS=(--dppo.method dppo ${DPPO_FLAGS[@]+"${DPPO_FLAGS[@]}"} --dppo.seed "$SEED") ;;
   greso) ALGO_FLAGS=(--dppo.method greso --dppo.seed "$SEED") ;;
-  *) echo "ALGO must be grpo, dppo or greso, got '$ALGO'" >&2; exit 2 ;;
+  cppo) ALGO_FLAGS=(--dppo.method cppo --dppo.completion_prune_rate "${R_O:-0.5}") ;;
+  *) echo "ALGO must be grpo, dppo, greso or cppo, got '$ALGO'" >&2; exit 2 ;;
 esac
 
 # What follows the task: its assets, reward file, learning rate, completion and sequence lengths (the

@@ -478,3 +478,22 @@ def test_the_greso_arm_is_greso_with_dfs_dynamic_filtering_and_no_controls():
         assert cmd[i + 1 : i + 3] == ["0.05", "0.95"]
     res = run(SEEDS="1", ARMS="grpo greso-uniform")
     assert res.returncode == 2 and "unknown arm 'greso-uniform'" in res.stderr
+
+
+def test_the_cppo_arm_is_cppo_at_half_the_completions_with_no_controls_and_no_async():
+    runs = commands(pending=True, SEEDS="1 2", ARMS="grpo cppo", PROMPTS="16")
+    assert [(arm, seed) for arm, seed, _ in runs] == [
+        ("grpo", "1"),
+        ("cppo", "1"),
+        ("grpo", "2"),
+        ("cppo", "2"),
+    ]
+    cppo, grpo = (
+        next(cmd for arm, seed, cmd in runs if (arm, seed) == (name, "1")) for name in ("cppo", "grpo")
+    )
+    assert value(cppo, "--dppo.method") == "cppo" and value(cppo, "--dppo.completion_prune_rate") == "0.5"
+    assert value(cppo, "--rollout.batch_size") == value(grpo, "--rollout.batch_size") == "16"  # it draws 32
+    assert value(grpo, "--dppo.method") == "grpo"
+    for arms in ("grpo cppo-uniform", "grpo cppo-budget", "grpo cppo-async", "grpo greso-async"):
+        res = run(SEEDS="1", ARMS=arms)
+        assert res.returncode == 2 and "unknown arm" in res.stderr, (arms, res.stderr)

@@ -146,7 +146,7 @@ def test_an_unknown_algorithm_is_refused_by_name():
     res = subprocess.run(
         ["bash", os.path.join(SCRIPTS, "train_tiny_cpu.sh")], env=env, capture_output=True, text=True
     )
-    assert res.returncode == 2 and "ALGO must be grpo or dppo, got 'ppo'" in res.stderr
+    assert res.returncode == 2 and "ALGO must be grpo, dppo, greso or cppo, got 'ppo'" in res.stderr
 
 
 def test_the_demo_builds_everything_before_the_first_run_and_runs_both_arms_alike():
@@ -257,3 +257,19 @@ def test_the_build_and_the_demo_follow_the_task():
     assert (
         "export TASK=${TASK:-addition}" in demo and "countdown) RUNS=${RUNS:-runs/tiny_cpu_countdown}" in demo
     )
+
+
+def test_algo_cppo_runs_the_cppo_peer_at_r_o():
+    """ALGO=cppo: --dppo.method cppo at --dppo.completion_prune_rate R_O (0.5 unless set)."""
+    for r_o, want in ((None, "0.5"), ("0.25", "0.25")):
+        env = dict(os.environ, ALGO="cppo", PRINT_CMD="1")
+        env.pop("R_O", None)
+        if r_o is not None:
+            env["R_O"] = r_o
+        res = subprocess.run(
+            ["bash", os.path.join(SCRIPTS, "train_tiny_cpu.sh")], env=env, capture_output=True, text=True
+        )
+        assert res.returncode == 0, res.stderr
+        words = res.stdout.split()
+        assert words[words.index("--dppo.method") + 1] == "cppo"
+        assert words[words.index("--dppo.completion_prune_rate") + 1] == want
