@@ -19,7 +19,11 @@ from dppo_stand_ins import (
 from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
 from openrlhf_dppo.adapters.actor import DPPOReplayBuffer, micro_batch_counts, step_counts
-from openrlhf_dppo.adapters.experience_maker import CountingExperienceMaker, DPPOExperienceMaker
+from openrlhf_dppo.adapters.experience_maker import (
+    CountingExperienceMaker,
+    CPPOExperienceMaker,
+    DPPOExperienceMaker,
+)
 from openrlhf_dppo.adapters.samples_generator import DPPOSamplesGenerator
 from openrlhf_dppo.adapters.step import (
     DrawRecord,
@@ -203,15 +207,19 @@ class HostAppendGroup:
 
 
 def controller(tmp_path, cfg, extra=(), dp=1, batch=6, n_prompts=24, reward=solved_every_4th):
-    """A trainer with the real samples generator (stand-in engine), experience maker and, for DPPO, the
-    per-rank DPPO replay buffers: a controller step without Ray."""
+    """A trainer with the real samples generator (stand-in engine), experience maker and, for DPPO (and
+    CPPO, which trains through DPPO's plan), the per-rank DPPO replay buffers: a controller step without Ray."""
     args = make_args(base_argv(dp=dp, batch=batch, train_batch=8) + list(extra))
-    group = AppendGroup(dp, args) if cfg.method == "dppo" else HostAppendGroup(dp)
+    group = AppendGroup(dp, args) if cfg.method in ("dppo", "cppo") else HostAppendGroup(dp)
     t = bare_trainer(args, cfg, RunDir(str(tmp_path / "run")), group)
     t.history = PromptHistory(n_prompts) if cfg.method == "dppo" else None
     t.tokenizer, t.kl_ctl, t.vllm_engines = StandInTokenizer(), FixedKLController(0.0), None
     t.samples_generator, t.engine = generator_for(args, cfg, t.history, n_prompts, reward)
-    if cfg.method == "dppo":
+    if cfg.method == "cppo":
+        t.experience_maker = CPPOExperienceMaker(
+            group.forward, None, None, None, t.kl_ctl, t.strategy, t.tokenizer, dppo=cfg
+        )
+    elif cfg.method == "dppo":
         t.experience_maker = DPPOExperienceMaker(group.forward, None, None, None, t.kl_ctl, t.strategy, t.tokenizer,
                                                  dppo=cfg, history=t.history)  # fmt: skip
     else:

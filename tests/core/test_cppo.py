@@ -102,3 +102,18 @@ def test_the_mask_stays_on_the_advantages_device_and_does_not_change_them():
     mask = cppo_keep_mask(adv, 0.5)
     assert mask.device == adv.device
     assert torch.equal(adv, before)
+
+
+def test_the_cppo_method_needs_a_completion_prune_rate_and_says_what_does_not_apply():
+    from openrlhf_dppo.core import DPPOConfig
+    from openrlhf_dppo.core.config import DPPOConfigError
+
+    with pytest.raises(DPPOConfigError, match=r"completion_prune_rate 0\.0.*cppo.*the paper's 0\.5") as err:
+        DPPOConfig(method="cppo")
+    assert err.value.field == "completion_prune_rate"
+    # p_min's bound is DPPO's (its keep probabilities); CPPO keeps by rank, so a high rate is fine
+    cfg = DPPOConfig(method="cppo", completion_prune_rate=0.95)
+    (notice,) = cfg.notices()
+    assert "biased by design" in notice and "--dppo.prompt_prune_rate" in notice and "--dppo.p_min" in notice
+    with pytest.raises(DPPOConfigError, match="p_min"):
+        DPPOConfig(method="dppo", completion_prune_rate=0.95)
