@@ -1,14 +1,10 @@
 """The vLLM worker classes of CPU engines (``worker_cls``, ``worker_extension_cls``; from ``compat.cpu``).
 
-vLLM spawns its engine workers itself, so Ray's setup hook never runs in them:
-  * ``CPUEngineWorker`` (vLLM's ``CPUWorker``) installs the ``vllm_engine`` patches of
-    ``compat.cpu.patches`` when vLLM builds it, before the model loads (an extension class cannot: vLLM
-    refuses its names that the worker already has); ``CPUEvalWorker`` does the same but
-    ``plain_linear``, for a stand-alone engine without weight sync (``openrlhf_dppo.cli.eval``);
-  * ``CPUWorkerExtension`` (OpenRLHF's ``WorkerWrap``) overrides ``init_process_group`` (a gloo group,
-    ``compat.cpu.GlooBroadcastGroup``) and ``update_weight`` (the buffer on this worker's device; the
-    sentinel name ``compat.cpu.DIGEST_REQUEST`` returns per-tensor digests in the trainer's names).
-Importing this module patches nothing.
+vLLM spawns its engine workers itself, so Ray's setup hook never runs in them: ``CPUEngineWorker``
+(vLLM's ``CPUWorker``) installs the ``vllm_engine`` patches of ``compat.cpu.patches`` when vLLM builds it,
+before the model loads (``CPUEvalWorker``: the same but ``plain_linear``, for ``openrlhf_dppo.cli.eval``);
+``CPUWorkerExtension`` (OpenRLHF's ``WorkerWrap``) joins the gloo weight-sync group and answers the
+sentinel ``compat.cpu.DIGEST_REQUEST`` with per-tensor digests. Importing this module patches nothing.
 """
 
 from __future__ import annotations

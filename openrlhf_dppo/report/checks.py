@@ -1,18 +1,12 @@
-"""The warnings of ``openrlhf-dppo compare``: can these numbers be compared? Called by
-``report.arms.build_report``; each check returns plain sentences.
+"""The warnings of ``openrlhf-dppo compare`` (docs/REPORT.md, "Warnings"): can these numbers be compared?
+Called by ``report.arms.build_report``; each check returns plain sentences.
 
-1. Run state: in progress, ended other than "finished", or stopped early (status.json's ``reason``, or
-   fewer steps than ``max_steps``); a short baseline first of all, since its final sets the target.
-2. Enough points: steps against ``--warmup``, eval points against the smoothing window.
-3. Held-out datasets: the curves use the datasets every evaluated run shares (:func:`choose_heldout`).
-4. Configs and machines: arms that differ in more than the DPPO flags (``report.comparability``; a
-   control's designed differences aside) are "not comparable"; another machine, or none recorded.
-5. Curves: at the target from the first smoothed point; a final more than 2 SE from the last reading;
-   a baseline whose curve still climbs at its end (``report.curves`` rule 6).
-6. Speedups: above the ideal; experience-side forward batches that differ in number.
-7. The rest: seeds without an eval, at other eval steps or with other configs; a baseline that is not
-   GRPO; runs at the reward target from the first step; reward keys that differ; eval_results.json
-   files with different k or benchmarks.
+They cover the run state (in progress, ended other than "finished", stopped early: a short baseline
+first), enough steps and eval points, the held-out datasets every evaluated run shares
+(:func:`choose_heldout`), configs and machines (``report.comparability``; a control's designed
+differences aside), the curves (at the target from the first smoothed point, a final far from the last
+reading, a baseline still climbing at its end: ``report.curves`` rule 6), speedups above the ideal,
+forward batches that differ in number, and seeds, reward keys or eval_results.json files that differ.
 """
 
 from __future__ import annotations
