@@ -240,15 +240,25 @@ def summarize(run: Run, settings: Settings) -> RunSummary:
         prompt_keep=prompt_keep,
         completion_keep=completion_keep,
         keep_source=f"prompts: {src_q}, completions: {src_o}",
-        configured_rates=GRPO_RATES
-        if run.algo == "grpo"
-        else (_configured_prompt_rate(dppo_cfg), dppo_cfg.get("completion_prune_rate")),
+        configured_rates=_configured_rates(run.algo, dppo_cfg),
         clock_notes=notes,
     )
 
 
 #: a GRPO run's configured rates (its --dppo.* rates, recorded or not, prune nothing)
 GRPO_RATES = ("GRPO", "GRPO")
+
+
+def _configured_rates(algo: str | None, dppo_cfg: dict) -> tuple[float | str | None, float | str | None]:
+    """(r_q, r_o) as configured: DPPO's rates; a peer's own rule where --dppo.prompt_prune_rate does not
+    apply (CPPO prunes no prompt and P of each group, GRESO skips by its streaks and prunes no completion)."""
+    if algo == "grpo":
+        return GRPO_RATES
+    if algo == "cppo":
+        return "CPPO: none", dppo_cfg.get("completion_prune_rate")
+    if algo == "greso":
+        return "GRESO's skip", "GRESO: none"
+    return _configured_prompt_rate(dppo_cfg), dppo_cfg.get("completion_prune_rate")
 
 
 def _configured_prompt_rate(dppo_cfg: dict) -> float | str | None:

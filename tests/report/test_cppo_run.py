@@ -62,6 +62,8 @@ def test_a_cppo_run_is_its_own_arm_named_by_its_method(grpo_dir, tmp_path, rundi
     assert "cppo_s1 (1 seed) vs grpo (1 seed)" in md
     # a peer, not DPPO: no "X-uniform / X-budget" control is asked of it
     assert "cppo_s1-uniform" not in md and "cppo_s1-budget" not in md
+    row = next(line for line in md.splitlines() if line.startswith("| cppo_s1 |") and "(cfg" in line)
+    assert "(cfg CPPO: none)" in row and "(cfg 0.5)" in row  # no prompt pruned; P of each group
 
 
 def test_compare_over_a_grpo_and_a_cppo_run(grpo_dir, tmp_path, rundirs, capsys):

@@ -59,6 +59,9 @@ def test_a_greso_run_is_its_own_arm_named_by_its_method(grpo_dir, tmp_path, rund
     assert "| greso_s1 | greso_s1 | greso |" in md  # the runs table: run, arm, algo
     assert "greso_s1 (1 seed) vs grpo (1 seed)" in md
     assert "greso_s1-uniform" not in md and "greso_s1-budget" not in md  # a peer, not DPPO
+    # the work table shows GRESO's own rule, not --dppo.prompt_prune_rate, which it does not use
+    row = next(line for line in md.splitlines() if line.startswith("| greso_s1 |") and "(cfg" in line)
+    assert "(cfg GRESO's skip)" in row and "(cfg GRESO: none)" in row and "(cfg 0.5)" not in row
 
 
 def test_compare_over_a_grpo_and_a_greso_run(grpo_dir, tmp_path, rundirs, capsys):
