@@ -2,7 +2,7 @@
 
 Two dataclasses hold every flag: ``DPPOConfig`` (the method, ``openrlhf_dppo.core.config``) and
 ``RunOptions`` below (how this run is driven, not part of the method). A field's type, default, help
-and choices make its flag; ``--help``, the flag table of docs/FLAGS.md (``openrlhf_dppo.cli.flags_table``)
+and choices make its flag; ``--help``, the flag table of docs/FLAGS.md (``scripts/flags_table.py``)
 and the validation all come from here. Imports no host module.
 """
 

@@ -51,7 +51,7 @@ def field_choices(field: dataclasses.Field) -> list[str] | None:
 @dataclass(frozen=True)
 class DPPOConfig:
     """DPPO settings (docs/METHOD.md). Rates are pruning rates: the keep fraction is 1 - rate. The meaning
-    of each field is its ``help`` metadata (``python -m openrlhf_dppo.cli.flags_table`` prints them)."""
+    of each field is its ``help`` metadata (``python scripts/flags_table.py`` prints them)."""
 
     method: str = option(
         "dppo",
