@@ -156,7 +156,7 @@ def table(args) -> None:
     from openrlhf_dppo.report import speedup as S
     from openrlhf_dppo.report.summary import summarize
 
-    settings = Settings(warmup=args.warmup, smooth=5, target_reward=None)
+    settings = Settings(warmup=args.warmup)
     grpo = [summarize(load_run(p), settings) for p in args.grpo]
     dppo = [summarize(load_run(p), settings) for p in args.dppo]
     phases = list(K.PHASES)

@@ -66,21 +66,7 @@ def build_parser(prog: str = "openrlhf-dppo compare") -> argparse.ArgumentParser
         help="running-median window over eval points, odd (default 3: one noisy eval cannot move the result)",
     )
     parser.add_argument(
-        "--target-reward",
-        type=float,
-        default=None,
-        metavar="R",
-        help="training reward for the reward time to target (default: the baseline's final smoothed reward)",
-    )
-    parser.add_argument(
         "--warmup", type=int, default=1, metavar="N", help="leading steps left out of the medians (default 1)"
-    )
-    parser.add_argument(
-        "--smooth",
-        type=int,
-        default=5,
-        metavar="K",
-        help="training-reward moving-average window in steps (default 5)",
     )
     parser.add_argument(
         "--out", default=None, metavar="DIR", help="write report.md and PNG plots into this directory"
@@ -99,8 +85,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings(
             warmup=args.warmup,
-            smooth=args.smooth,
-            target_reward=args.target_reward,
             target=args.target,
             eval_window=args.eval_window,
             heldout=args.heldout,

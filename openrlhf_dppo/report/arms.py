@@ -90,7 +90,7 @@ def compare_arms(base: Arm, other: Arm) -> Comparison:
     r_o = 1.0 - statistics.fmean(s.completion_keep for s in other.members)
     clamp = lambda x: min(max(x, 0.0), 1.0)  # noqa: E731 - rounding noise only; keep fractions are in [0, 1]
     base_step = base.mean_of("step_time")
-    # the rollout a step does, relative to the baseline's, measured where logged (speedup.py, item 3)
+    # the rollout a step does, relative to the baseline's, measured where logged (speedup.py, item 2)
     measured = S.ratio_or_none(other.mean_of("generated_per_step"), base.mean_of("generated_per_step"))
     g = 1.0 - clamp(r_q) if measured is None else measured
     base_final, other_final = base.final.mean, other.final.mean
@@ -124,8 +124,7 @@ def compare_arms(base: Arm, other: Arm) -> Comparison:
     )
 
 
-def _targets(report_arms: list[Arm], settings: Settings) -> tuple[float | None, str, float | None, str]:
-    base = report_arms[0]
+def _target(base: Arm, settings: Settings) -> tuple[float | None, str]:
     target: float | None
     if settings.target is not None:
         target, source = settings.target, "--target"
@@ -136,15 +135,7 @@ def _targets(report_arms: list[Arm], settings: Settings) -> tuple[float | None, 
         )
     else:
         target, source = None, "none (the baseline has no smoothed held-out value)"
-    rewards = [s.final_reward for s in base.members if s.final_reward is not None]
-    if settings.target_reward is not None:
-        reward_target, reward_source = settings.target_reward, "--target-reward"
-    elif rewards:
-        reward_target = statistics.fmean(rewards)
-        reward_source = f"final smoothed training reward of the baseline {base.name}"
-    else:
-        reward_target, reward_source = None, "none (the baseline logged no training reward)"
-    return target, source, reward_target, reward_source
+    return target, source
 
 
 def build_report(
@@ -173,21 +164,16 @@ def build_report(
         _arm(name, [summaries[r.name] for r in members], datasets, settings.eval_window)
         for name, members in groups
     ]
-    target, source, reward_target, reward_source = _targets(arm_list, settings)
+    target, source = _target(arm_list[0], settings)
     for arm in arm_list:
         if target is not None and arm.curve is not None:
             arm.ttt = arm.curve.time_to(target)
             arm.ttt_seeds = Spread.of(s.heldout.time_to(target) for s in arm.members if s.heldout is not None)
-        for s in arm.members:
-            if reward_target is not None and s.reward_smoothed:
-                s.time_to_target = S.time_to_target(s.reward_times, s.reward_smoothed, reward_target)
     base = arm_list[0]
     comparisons = [compare_arms(base, arm) for arm in arm_list[1:]]
-    warnings += C.report_warnings(arm_list, comparisons, settings, target, reward_target)
+    warnings += C.report_warnings(arm_list, comparisons, settings, target)
     label = (
         None if not datasets else (datasets[0] if len(datasets) == 1 else "mean of " + ", ".join(datasets))
     )
     warnings = C.baseline_warnings(base) + warnings  # first: a short baseline moves every figure
-    return Report(
-        settings, arm_list, comparisons, warnings, target, source, label, reward_target, reward_source
-    )
+    return Report(settings, arm_list, comparisons, warnings, target, source, label)

@@ -238,24 +238,12 @@ def report_warnings(
     comparisons: list[Comparison],
     settings: Settings,
     target: float | None,
-    reward_target: float | None,
 ) -> list[str]:
     """Every check of this module over every run, arm and comparison (the baseline's stopped-early
     runs are :func:`baseline_warnings`, which the report puts before all of these)."""
     base = arm_list[0]
     warnings = [w for arm in arm_list for w in arm_warnings(arm, settings, target, arm is base)]
     summaries = [s for arm in arm_list for s in arm.members]
-    at_once = [
-        s.run.name
-        for s in summaries
-        if s.time_to_target is not None and s.time_to_target == s.reward_times[0]
-    ]
-    if at_once:
-        who = at_once[0] + " is" if len(at_once) == 1 else ", ".join(at_once) + " are"
-        warnings.append(
-            f"{who} at the target reward {reward_target:.4f} from the first step: the reward time to target "
-            "is one step, not learning (raise --target-reward)"
-        )
     if base.members[0].run.algo != "grpo":
         warnings.append(f"the baseline {base.name} is a {base.members[0].run.algo} run, not GRPO")
     if len({s.reward_key for s in summaries if s.reward_raw}) > 1:

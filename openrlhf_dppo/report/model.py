@@ -79,7 +79,7 @@ class Comparison:
     rollout: float  # g: samples generated per step / the baseline's (1 - r_q where not logged)
     rollout_measured: bool  # g from samples/generated (False: taken as 1 - r_q)
     ideal_ratio: float | None  # lower bound of T_other / T_baseline: g (f + (1 - f)(1 - r_o))
-    lossless_ratio: float | None  # the baseline's lossless limit (speedup.py item 4), mean over its seeds
+    lossless_ratio: float | None  # the baseline's lossless limit (speedup.py item 3), mean over its seeds
     differences: list[Difference] = field(default_factory=list)
     control: str | None = None  # the arm's kind of control (report.controls.kind), None: no control
 
@@ -109,8 +109,6 @@ class Report:
     target: float | None  # held-out accuracy target
     target_source: str
     heldout: str | None  # the held-out dataset(s) the curves show
-    reward_target: float | None
-    reward_target_source: str
 
     @property
     def baseline(self) -> Arm:

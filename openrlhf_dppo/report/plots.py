@@ -17,7 +17,7 @@ from matplotlib.ticker import MaxNLocator
 
 from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.report.model import Report
-from openrlhf_dppo.report.summary import TOKEN_KEYS, RunSummary, eval_table, phase_label
+from openrlhf_dppo.report.summary import REWARD_WINDOW, TOKEN_KEYS, RunSummary, eval_table, phase_label
 
 AXES_KEY = "openrlhf_dppo.axes"
 KEEP_KEYS = (R.PROMPT_KEEP_FRAC, R.COMPLETION_KEEP_FRAC)
@@ -80,7 +80,7 @@ def _reward(report: Report) -> Figure | None:
         return None
     fig, (by_time, by_step) = _figure(2)
     colors = _arm_colors(report)
-    k = report.settings.smooth
+    k = REWARD_WINDOW
     for s in report.summaries:
         color, label = colors[s.arm], s.run.name
         by_time.plot(s.reward_times, s.reward_raw, color=color, alpha=0.2, lw=1)
@@ -89,8 +89,6 @@ def _reward(report: Report) -> Figure | None:
         by_step.plot(s.reward_steps, s.reward_smoothed, color=color, lw=1.5, label=label)
     keys = sorted({s.reward_key for s in report.summaries if s.reward_raw})
     for ax, xlabel in ((by_time, "training time (s)"), (by_step, "step")):
-        if report.reward_target is not None:
-            ax.axhline(report.reward_target, color="grey", ls="--", lw=1, label="target")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(f"{' / '.join(keys)} (faint: per step, solid: mean of last {k})")
         ax.grid(alpha=0.3)

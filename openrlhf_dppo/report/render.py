@@ -7,6 +7,7 @@ from pathlib import Path
 
 from openrlhf_dppo.report.headline import headline
 from openrlhf_dppo.report.model import Report
+from openrlhf_dppo.report.summary import REWARD_WINDOW
 from openrlhf_dppo.report.tables import all_tables, summary_table
 
 METHOD_NOTES = """\
@@ -85,7 +86,7 @@ def markdown(report: Report, plots: dict[str, Path] | None = None) -> str:
     lines.append(
         METHOD_NOTES.format(
             warmup=report.settings.warmup,
-            smooth=report.settings.smooth,
+            smooth=REWARD_WINDOW,
             window=report.settings.eval_window,
             heldout=report.heldout or "none here",
             target="—" if report.target is None else f"{report.target:.4f}",

@@ -2,13 +2,12 @@
 
 1. step-time speedup = median T_step(baseline) / median T_step(run), over the steps after the first
    ``warmup`` (compilation and the first weight sync inflate those);
-2. reward time to target = the first time the trailing mean of the last k rewards reaches the target;
-3. the ideal ratio, the limit of pruning alone (docs/METHOD.md, "What a step can save"):
+2. the ideal ratio, the limit of pruning alone (docs/METHOD.md, "What a step can save"):
        T_run / T_baseline >= g * (f + (1 - f) * (1 - r_o)),
    f the baseline's generation share of a step, r_o the run's completion prune rate and g the rollout a
    step does relative to the baseline's (1 - r_q, or measured: samples generated per step / the
    baseline's, which also covers an arm that rolls out more, as dynamic filtering does);
-4. the lossless ratio: an oracle that skips exactly the groups whose rewards are all equal (advantage
+3. the lossless ratio: an oracle that skips exactly the groups whose rewards are all equal (advantage
    0, no policy gradient) takes (1 - u_i) of step i, u_i = ``rollout/equal_reward_frac_ht``. An arm
    faster than that drops groups that carry gradient.
 """
@@ -45,14 +44,6 @@ def moving_average(values: Sequence[float], k: int) -> list[float]:
     return [sum(values[max(0, i - k + 1) : i + 1]) / min(k, i + 1) for i in range(len(values))]
 
 
-def time_to_target(times: Sequence[float], smoothed: Sequence[float], target: float) -> float | None:
-    """First time at which the smoothed reward is >= target; None when it never is."""
-    for t, r in zip(times, smoothed, strict=True):
-        if r >= target:
-            return t
-    return None
-
-
 def ideal_step_ratio(f: float, prompt_prune_rate: float, completion_prune_rate: float) -> float:
     """Lower bound of T_dppo / T_grpo: (1 - r_q) * (f + (1 - f) * (1 - r_o))."""
     for label, value in (("f", f), ("r_q", prompt_prune_rate), ("r_o", completion_prune_rate)):
@@ -62,14 +53,14 @@ def ideal_step_ratio(f: float, prompt_prune_rate: float, completion_prune_rate: 
 
 
 def rollout_step_ratio(f: float, rollout: float, completion_prune_rate: float) -> float:
-    """Item 3 with a measured rollout g >= 0 (may exceed 1): g * (f + (1 - f) * (1 - r_o))."""
+    """Item 2 with a measured rollout g >= 0 (may exceed 1): g * (f + (1 - f) * (1 - r_o))."""
     if not rollout >= 0.0:
         raise ValueError(f"g (samples generated per step / the baseline's) must be >= 0, got {rollout}")
     return ideal_step_ratio(f, 0.0, completion_prune_rate) * rollout
 
 
 def lossless_time_ratio(shares: Sequence[float], step_times: Sequence[float]) -> float:
-    """Item 4 over a run: sum_i T_i (1 - u_i) / sum_i T_i, T_i the step times.
+    """Item 3 over a run: sum_i T_i (1 - u_i) / sum_i T_i, T_i the step times.
 
     u_i >= 0 is not clipped at 1: in a pruning run it is a Horvitz-Thompson estimate, unbiased only
     unclipped. Raises ValueError on mismatched lengths, a negative share or no positive time."""

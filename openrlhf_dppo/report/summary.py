@@ -26,6 +26,7 @@ PHASE_LABELS = {
 }
 TOKEN_KEYS = R.TOKEN_KEYS
 SAMPLE_KEYS = R.SAMPLE_KEYS
+REWARD_WINDOW = 5  # steps of the trailing mean of the training reward
 
 
 def phase_label(key: str) -> str:
@@ -36,8 +37,6 @@ def phase_label(key: str) -> str:
 @dataclass(frozen=True)
 class Settings:
     warmup: int = 1  # leading steps left out of every median and mean
-    smooth: int = 5  # k of the trailing moving average of the training reward
-    target_reward: float | None = None  # None: the baseline's final smoothed training reward
     target: float | None = None  # held-out accuracy target; None: the baseline arm's final accuracy
     eval_window: int = 3  # running-median window over eval points (report.curves)
     heldout: str | None = None  # eval dataset; None: the one all runs share, or the mean of several
@@ -45,8 +44,6 @@ class Settings:
     def __post_init__(self):
         if self.warmup < 0:
             raise ValueError(f"--warmup must be >= 0, got {self.warmup}")
-        if self.smooth < 1:
-            raise ValueError(f"--smooth must be >= 1, got {self.smooth}")
         if self.eval_window < 1 or self.eval_window % 2 == 0:
             raise ValueError(f"--eval-window must be an odd number >= 1, got {self.eval_window}")
         if self.target is not None and not 0.0 <= self.target <= 1.0:
@@ -82,7 +79,6 @@ class RunSummary:
     configured_rates: tuple[float | str | None, float | str | None]
     heldout: Curve | None = None  # set by the report once the held-out dataset is chosen
     clock_notes: list[str] = field(default_factory=list)
-    time_to_target: float | None = None  # training time to the training-reward target
     # after warm-up: median perf/forward_batches, max perf/forward_tokens_max (None: not logged)
     forward_batches: float | None = None
     forward_tokens_max: float | None = None
@@ -235,7 +231,7 @@ def summarize(run: Run, settings: Settings) -> RunSummary:
         reward_steps=reward_steps,
         reward_times=[clock[s] for s in reward_steps],
         reward_raw=reward,
-        reward_smoothed=S.moving_average(reward, settings.smooth),
+        reward_smoothed=S.moving_average(reward, REWARD_WINDOW),
         generated_per_step=S.mean_or_none(series(used, R.SAMPLES_GENERATED)[1]),
         prompt_keep=prompt_keep,
         completion_keep=completion_keep,

@@ -7,7 +7,7 @@ from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.report import controls
 from openrlhf_dppo.report.curves import Spread
 from openrlhf_dppo.report.model import Arm, Comparison, Report
-from openrlhf_dppo.report.summary import RunSummary, eval_table, phase_label
+from openrlhf_dppo.report.summary import REWARD_WINDOW, RunSummary, eval_table, phase_label
 
 Table = tuple[str, list[str], list[list[str]]]
 NA = "—"
@@ -153,12 +153,6 @@ def _total(s: RunSummary, key: str) -> str:
     return fmt(s.totals.get(key), ",.0f")
 
 
-def _reward_ttt(report: Report, s: RunSummary) -> str:
-    if s.time_to_target is not None:
-        return f"{s.time_to_target:.1f}"
-    return "not reached" if s.reward_raw and report.reward_target is not None else NA
-
-
 def _filtered(s: RunSummary) -> bool:
     """The run's generated-but-untrained completions were dropped by dynamic filtering (samples/filtered),
     not pruned by DPPO: its r_o comes from the sample counts, not from dppo/completion_keep_frac."""
@@ -169,7 +163,7 @@ def _filtered(s: RunSummary) -> bool:
 def work_table(report: Report) -> Table:
     headers = ["run", "tokens generated", "tokens trained", "tokens pruned", "tokens filtered"]
     headers += ["samples trained / generated", "prompt prune rate r_q", "completions not trained r_o"]
-    headers += ["final training reward", "reward key", "training time to reward target (s)"]
+    headers += ["final training reward", "reward key"]
     rows = []
     for s in report.summaries:
         cfg_q, cfg_o = s.configured_rates
@@ -180,15 +174,14 @@ def work_table(report: Report) -> Table:
         rows.append(
             [s.run.name, *(_total(s, key) for key in R.TOKEN_KEYS), _total(s, R.TOKENS_FILTERED)]
             + [samples, _rate(s.prompt_keep, cfg_q), r_o]
-            + [fmt(s.final_reward, ".4f"), s.reward_key if s.reward_raw else NA, _reward_ttt(report, s)]
+            + [fmt(s.final_reward, ".4f"), s.reward_key if s.reward_raw else NA]
         )
     title = (
         f"Work and training reward (rates: measured mean after warm-up, cfg = configured; r_o = the fraction "
         f"of the generated completions not trained: pruned by DPPO (dppo/completion_keep_frac), or dropped "
         f"by dynamic filtering (tokens filtered; samples trained / generated); tokens filtered: — where the "
-        f"run logs none; reward: mean of the last {report.settings.smooth} steps; reward target "
-        f"{fmt(report.reward_target, '.4f')} = {report.reward_target_source}; the training reward is no "
-        f"held-out measure)"
+        f"run logs none; reward: mean of the last {REWARD_WINDOW} steps; the training reward is no held-out "
+        "measure)"
     )
     return title, headers, rows
 

@@ -83,7 +83,7 @@ def test_in_progress_with_no_steps_yet(tmp_path, rundirs, grpo_dir):
     assert "empty is in progress (step 0/5): its numbers are partial" in rep.warnings
     # as the baseline, there is no target and no speedup, still no exception
     rep = build_report([run, load_run(grpo_dir)], Settings())
-    assert rep.reward_target is None and rep.comparisons[0].step_speedup is None
+    assert rep.summaries[0].final_reward is None and rep.comparisons[0].step_speedup is None
 
 
 def test_failed_run_and_duplicate_steps(tmp_path, rundirs, grpo_dir):
@@ -108,7 +108,7 @@ def test_missing_keys_fall_back(tmp_path, rundirs, grpo_dir):
             {"prompts/drawn": 8, "prompts/rolled_out": 6, "samples/generated": 24, "samples/trained": 12}
         )
     run = load_run(rundirs.write_run(tmp_path / "counts", rows))
-    rep = build_report([load_run(grpo_dir), run], Settings(smooth=2))
+    rep = build_report([load_run(grpo_dir), run], Settings())
     s = rep.summaries[1]
     # cumulative totals 10, 14, 18, 23, 27 equal the fixture's wall times
     assert s.reward_times == [10.0, 14.0, 18.0, 23.0, 27.0]
@@ -163,11 +163,10 @@ def test_resumed_run_training_time_leaves_out_the_restart(tmp_path, rundirs, grp
     rows = rundirs.train_rows(rundirs.GRPO_PHASES, rundirs.GRPO_REWARD)  # wall 10, 14, 18, 23, 27
     rows[3]["wall_time"], rows[4]["wall_time"] = 6.0, 10.0  # restarted after step 3: 1 s start-up + 5, + 4
     resumed = rundirs.write_run(tmp_path / "resumed", rows[:3] + [{"kind": "resume", "step": 3}] + rows[3:])
-    rep = build_report([load_run(grpo_dir), load_run(resumed)], Settings(smooth=2))
+    rep = build_report([load_run(grpo_dir), load_run(resumed)], Settings())
     s = rep.summaries[1]
     # training time is the sum of the step times: the restart's second of start-up is not in it
     assert s.reward_times == [10.0, 14.0, 18.0, 23.0, 27.0] and s.train_time == 27.0
-    assert s.time_to_target == 27.0  # smoothed .5 first at step 5
 
 
 def test_warmup_skips_steps_not_values(tmp_path, rundirs, grpo_dir):

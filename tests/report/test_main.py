@@ -50,4 +50,4 @@ def test_compare_help_exits_cleanly(capsys):
     with pytest.raises(SystemExit) as exc:
         cli_main.main(["compare", "--help"])
     assert exc.value.code == 0
-    assert "--target-reward" in capsys.readouterr().out
+    assert "--eval-window" in capsys.readouterr().out

@@ -28,7 +28,7 @@ def _report(grpo_dir, dppo_dir, **settings):
 
 
 def test_step_speedup_generation_share_and_ideal(grpo_dir, dppo_dir):
-    rep = _report(grpo_dir, dppo_dir, warmup=1, smooth=2)
+    rep = _report(grpo_dir, dppo_dir, warmup=1)
     grpo, dppo = rep.summaries
     c = rep.comparisons[0]
     # warm-up 1 drops step 1. GRPO totals 4, 4, 5, 4 -> median 4; DPPO 2, 2, 2.5, 2 -> median 2
@@ -56,38 +56,14 @@ def test_step_speedup_generation_share_and_ideal(grpo_dir, dppo_dir):
     assert not c.differences  # same args but dppo.*, ckpt dirs and logger names
 
 
-def test_reward_time_to_target_default_target_is_baseline_final_smoothed_reward(grpo_dir, dppo_dir):
-    rep = _report(grpo_dir, dppo_dir, smooth=2)
+def test_the_training_reward_is_a_trailing_mean_of_five_steps_and_no_headline(grpo_dir, dppo_dir):
+    rep = _report(grpo_dir, dppo_dir)
     grpo, dppo = rep.summaries
-    # trailing mean of 2: GRPO 0, .125, .25, .375, .5 -> target .5, reached at step 5
-    assert grpo.reward_smoothed == [0.0, 0.125, 0.25, 0.375, 0.5]
-    assert rep.reward_target == 0.5 and "baseline" in rep.reward_target_source
-    # training time = cumulative step time: GRPO 10, 14, 18, 23, 27 -> 27
-    assert grpo.time_to_target == 27.0
-    # DPPO .25, .25, .375, .5, .625 -> first >= .5 at step 4 (8 + 2 + 2 + 2.5 = 14.5)
-    assert dppo.time_to_target == 14.5
+    # GRPO's rewards 0, .25, .25, .5, .5 -> trailing means 0, .125, .5/3, .25, .3
+    assert grpo.reward_smoothed == pytest.approx([0.0, 0.125, 0.5 / 3, 0.25, 0.3], **TOL)
+    assert grpo.final_reward == pytest.approx(0.3, **TOL) and dppo.final_reward == pytest.approx(0.45, **TOL)
     # the training reward is no held-out measure: the headline does not speak of it
     assert "reward" not in headline(rep)[0]
-
-
-def test_reward_time_to_target_with_explicit_target_and_default_window(grpo_dir, dppo_dir):
-    # window 5 (the default): GRPO 0, .125, .5/3, .25, .3 ; DPPO .25, .25, 1/3, .375, .45
-    rep = _report(grpo_dir, dppo_dir, target_reward=0.25)
-    grpo, dppo = rep.summaries
-    assert rep.settings.smooth == 5 and rep.reward_target_source == "--target-reward"
-    assert grpo.time_to_target == 23.0  # step 4: 1.0 / 4 = .25
-    assert dppo.time_to_target == 8.0  # step 1: .25
-    # DPPO starts at the target: warned (its time to target is one step), GRPO is not
-    assert [w.split(" ")[0] for w in rep.warnings if "from the first step" in w] == ["dppo"]
-    rep = _report(grpo_dir, dppo_dir, target_reward=0.0)
-    assert (rep.summaries[0].time_to_target, rep.summaries[1].time_to_target) == (10.0, 8.0)
-    assert (
-        "grpo, dppo are at the target reward 0.0000 from the first step: the reward time to target is one step, "
-        "not learning (raise --target-reward)" in rep.warnings
-    )
-    # a target nobody reaches: not an error
-    rep = _report(grpo_dir, dppo_dir, target_reward=0.9)
-    assert rep.summaries[0].time_to_target is None and rep.summaries[1].time_to_target is None
 
 
 def test_warmup_zero_uses_every_step(grpo_dir, dppo_dir):
@@ -100,7 +76,7 @@ def test_warmup_zero_uses_every_step(grpo_dir, dppo_dir):
 
 
 def test_baseline_by_name_reverses_the_comparison(grpo_dir, dppo_dir):
-    rep = build_report([load_run(grpo_dir), load_run(dppo_dir)], Settings(smooth=2), baseline="dppo")
+    rep = build_report([load_run(grpo_dir), load_run(dppo_dir)], Settings(), baseline="dppo")
     assert [s.run.name for s in rep.summaries] == ["dppo", "grpo"]
     c = rep.comparisons[0]
     assert c.step_speedup == pytest.approx(0.5, **TOL)  # 2 / 4
@@ -117,8 +93,6 @@ def test_pure_helpers():
     assert S.moving_average([1.0, 2.0, 3.0, 4.0], 3) == [1.0, 1.5, 2.0, 3.0]
     assert S.after_warmup([5.0, 1.0, 2.0], 1) == [1.0, 2.0]
     assert S.after_warmup([5.0], 1) == [5.0]  # too few steps: keep them rather than return nothing
-    assert S.time_to_target([1.0, 2.0, 3.0], [0.1, 0.3, 0.2], 0.25) == 2.0
-    assert S.time_to_target([1.0], [0.1], 0.25) is None
     # f = 1 (generation only): completion pruning saves nothing, prompt pruning saves r_q
     assert S.ideal_step_ratio(1.0, 0.3, 0.9) == pytest.approx(0.7, **TOL)
     # f = 0: both rates multiply
@@ -130,20 +104,18 @@ def test_pure_helpers():
     assert S.rollout_step_ratio(0.5, 2.0, 0.0) == pytest.approx(2.0, **TOL)
     with pytest.raises(ValueError, match="g "):
         S.rollout_step_ratio(0.5, -0.1, 0.0)
-    with pytest.raises(ValueError, match="smooth"):
-        Settings(smooth=0)
 
 
 def test_startup_is_reported_and_is_not_training_time(tmp_path, rundirs, grpo_dir):
     # the same GRPO steps after 30 s of start-up: wall 40, 44, 48, 53, 57
     rows = rundirs.train_rows(rundirs.GRPO_PHASES, rundirs.GRPO_REWARD, startup=30.0)
     late = load_run(rundirs.write_run(tmp_path / "late", rows))
-    rep = build_report([load_run(grpo_dir), late], Settings(smooth=2))
+    rep = build_report([load_run(grpo_dir), late], Settings())
     base, other = rep.summaries
     assert (base.startup, other.startup) == (0.0, 30.0)  # wall(1) - step_total(1) = 10 - 10, 40 - 10
     assert rep.comparisons[0].step_speedup == 1.0
-    # training time leaves start-up out: the target .5 is reached at 27 s by both
-    assert base.time_to_target == other.time_to_target == 27.0
+    # training time leaves start-up out: both end at 27 s of training
+    assert base.train_time == other.train_time == 27.0
 
 
 def test_eval_results_with_different_k_are_flagged(grpo_dir, dppo_dir):
@@ -174,7 +146,7 @@ def test_the_ideal_takes_the_rollout_a_step_does_not_the_prompt_keep_fraction(gr
         if r.get("kind") == "train":
             r["samples/generated"] = 32.0
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    c = _report(grpo_dir, dppo_dir, warmup=1, smooth=2).comparisons[0]
+    c = _report(grpo_dir, dppo_dir, warmup=1).comparisons[0]
     assert (c.r_q, c.r_o, c.rollout, c.rollout_measured) == pytest.approx((0.5, 0.5, 1.0, True), **TOL)
     # ideal = 1 * (.5 + .5 * .5) = .75 -> 1.33x, not the 2.67x that 1 - r_q would claim
     assert c.ideal_ratio == pytest.approx(0.75, **TOL)
@@ -184,7 +156,7 @@ def test_the_ideal_takes_the_rollout_a_step_does_not_the_prompt_keep_fraction(gr
 def test_without_samples_generated_the_rollout_is_taken_as_one_minus_r_q(grpo_dir, dppo_dir):
     _without_samples_generated(grpo_dir)
     _without_samples_generated(dppo_dir)
-    rep = _report(grpo_dir, dppo_dir, warmup=1, smooth=2)
+    rep = _report(grpo_dir, dppo_dir, warmup=1)
     c = rep.comparisons[0]
     assert (c.rollout, c.rollout_measured, c.ideal_ratio) == pytest.approx((0.5, False, 0.375), **TOL)
     title, headers, rows = speedup_table(rep)
@@ -206,7 +178,7 @@ def test_the_lossless_limit_is_the_baselines_step_time_weighted_equal_reward_sha
     # left out): the oracle takes 2 + 3 + 4 + 4 = 13 of 17 s -> ratio 13/17, limit 17/13 x
     _with_equal_reward_shares(grpo_dir, [0.9, 0.5, 0.25, 0.2, 0.0])
     _with_equal_reward_shares(dppo_dir, [0.1, 0.1, 0.1, 0.1, 0.1])  # the arm's own shares do not enter
-    rep = _report(grpo_dir, dppo_dir, warmup=1, smooth=2)
+    rep = _report(grpo_dir, dppo_dir, warmup=1)
     grpo, dppo = rep.summaries
     assert grpo.lossless_ratio == pytest.approx(13 / 17, **TOL)
     assert dppo.lossless_ratio == pytest.approx(0.9, **TOL)
@@ -220,7 +192,7 @@ def test_the_lossless_limit_is_the_baselines_step_time_weighted_equal_reward_sha
 
 def test_the_lossless_limit_needs_the_share_on_every_step_used(grpo_dir, dppo_dir):
     _with_equal_reward_shares(grpo_dir, [0.9, 0.5, None, 0.2, 0.0])  # a step without it: no limit
-    rep = _report(grpo_dir, dppo_dir, warmup=1, smooth=2)
+    rep = _report(grpo_dir, dppo_dir, warmup=1)
     assert rep.summaries[0].lossless_ratio is None and rep.comparisons[0].lossless_speedup is None
     title, headers, rows = speedup_table(rep)
     assert rows[0][headers.index("lossless limit (baseline)")] == "—"
@@ -234,7 +206,7 @@ def test_a_pruned_runs_horvitz_thompson_share_above_one_is_taken_as_it_is(grpo_d
     # a DPPO step that rolled out mostly all-equal groups kept with a low q: HT share 1.5 on step 3
     _with_equal_reward_shares(grpo_dir, [0.3, 0.3, 0.3, 0.3, 0.3])
     _with_equal_reward_shares(dppo_dir, [0.2, 0.2, 1.5, 0.2, 0.2])
-    rep = _report(grpo_dir, dppo_dir, warmup=1, smooth=2)
+    rep = _report(grpo_dir, dppo_dir, warmup=1)
     # DPPO's steps 2-5 take 2, 2, 2.5, 2 s: (1.6 - 1 + 2 + 1.6) / 8.5 s, unclipped
     assert rep.summaries[1].lossless_ratio == pytest.approx((1.6 - 1.0 + 2.0 + 1.6) / 8.5, **TOL)
     assert rep.comparisons[0].lossless_ratio == pytest.approx(0.7, **TOL)  # the baseline's
