@@ -1,8 +1,8 @@
 """What a run's metrics.jsonl says about pruning on its task (``openrlhf-dppo advise``; docs/ADVISE.md).
 
 Per run directory, from compare's own numbers (``report.summary``): u_i, the share of step i's all-equal
-groups (``rollout/equal_reward_frac_ht``), its mean, halves and trend; f, the generation share, and the
-weight sync's share; the lossless limit (``speedup.lossless_time_ratio``); and each method's projected
+groups (``rollout/equal_reward_frac_ht``), and its mean; f, the generation share, and the weight sync's
+share; the lossless limit (``speedup.lossless_time_ratio``); and each method's projected
 step time as a share of GRPO's (``projection``: sync + f gen + (1 - f - sync) train, with the rate
 ``core.PromptRateControl`` sets at the defaults). A run without u_i on every step gets no projection;
 ``RunAdvice.notes`` say what is missing.
@@ -13,14 +13,11 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.report import speedup as S
 from openrlhf_dppo.report.run import Run, load_run
 from openrlhf_dppo.report.summary import RunSummary, Settings, summarize
 
-MIN_STEPS_TREND = 50  # fewer steps: the trend of the share is not told
 NO_GRADIENT = "no group carried gradient (every group's G rewards were equal)"
 
 
@@ -77,24 +74,15 @@ class RunAdvice:
     run: Run
     summary: RunSummary
     shares: list[float]  # u_i of every step, in step order ([]: not logged on every step)
-    trend: dict[str, float] | None  # mean, first_half, second_half, slope_per_100 (None: no share)
     machine: Machine | None  # the run's f and weight-sync share (None: no timing)
     exact_drop: bool  # the run's flags make the drop of advantage-0 completions exact
     warmup: int = 1
     notes: list[str] = field(default_factory=list)
 
-
-def trend(shares: list[float]) -> dict[str, float]:
-    """Means of all, the first and the second half of the steps, and the least-squares slope per 100."""
-    half = len(shares) // 2
-    x = np.arange(len(shares), dtype=np.float64)
-    slope = float(np.polyfit(x, np.asarray(shares), 1)[0]) * 100 if len(shares) >= 2 else 0.0
-    return {
-        "mean": statistics.fmean(shares),
-        "first_half": statistics.fmean(shares[:half]) if half else float("nan"),
-        "second_half": statistics.fmean(shares[half:]),
-        "slope_per_100": slope,
-    }
+    @property
+    def mean_share(self) -> float | None:
+        """The mean all-equal share over every step; None where it is not logged on every step."""
+        return statistics.fmean(self.shares) if self.shares else None
 
 
 def exact_drop(args: dict) -> bool:
@@ -127,8 +115,6 @@ def analyse(path: str, settings: Settings) -> RunAdvice:
     notes = []
     if not shares:
         notes.append(f"no {R.EQUAL_REWARD_FRAC_HT} on every step: no all-equal share, no projection")
-    elif len(shares) < MIN_STEPS_TREND:
-        notes.append(f"{len(shares)} steps (< {MIN_STEPS_TREND}): the share's trend is not told")
     if shares and min(shares) >= 1.0:
         notes.append(f"{NO_GRADIENT}: check the reward function and the task's difficulty")
     machine = run_machine(summary)
@@ -143,7 +129,6 @@ def analyse(path: str, settings: Settings) -> RunAdvice:
         run=run,
         summary=summary,
         shares=shares,
-        trend=trend(shares) if shares else None,
         machine=machine,
         exact_drop=exact_drop(run.config.get("args") or {}),
         warmup=settings.warmup,

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from openrlhf_dppo.report.advise import Machine, RunAdvice, methods, projection
 from openrlhf_dppo.report.curves import Spread
-from openrlhf_dppo.report.summary import phase_label
 from openrlhf_dppo.report.tables import NA, fmt, fmt_spread
 
 WIDTH = 100
@@ -26,30 +25,21 @@ def _spread(values: list[float | None], spec: str, console: bool, suffix: str = 
 
 
 def run_table(advice: list[RunAdvice]) -> Table:
-    head = ["run", "steps", "all-equal", "1st half", "2nd half", "slope/100", "f", "sync", "lossless"]
+    head = ["run", "steps", "all-equal", "step (s)", "f", "sync", "lossless"]
     rows = []
     for a in advice:
-        t, m, lossless = a.trend or {}, a.machine, a.summary.lossless_ratio
+        m, lossless = a.machine, a.summary.lossless_ratio
         rows.append([
-            a.run.name[:24], str(a.summary.steps), fmt(t.get("mean"), ".3f"), fmt(t.get("first_half"), ".3f"),
-            fmt(t.get("second_half"), ".3f"), fmt(t.get("slope_per_100"), "+.3f"),
+            a.run.name[:24], str(a.summary.steps), fmt(a.mean_share, ".3f"), fmt(a.summary.step_time, ".3f"),
             fmt(None if m is None else m.f, ".3f"), fmt(None if m is None else m.fixed, ".3f"),
             NA if lossless is None else f"{lossless:.3f} ({1 / lossless:.2f}x)" if lossless > 0 else "0",
         ])  # fmt: skip
     title = (
-        "per run: the all-equal share (groups without gradient) and its trend; f and sync = the generation "
-        "and the weight sync's share of a step (medians); lossless = the time of an oracle that skips only "
-        "the all-equal groups, as a share of the run's (its speedup)"
+        "per run: the all-equal share (groups without gradient); step = the median step time; f and sync = "
+        "the generation and the weight sync's share of a step (medians); lossless = the time of an oracle "
+        "that skips only the all-equal groups, as a share of the run's (its speedup)"
     )
     return title, head, rows
-
-
-def phase_table(advice: list[RunAdvice]) -> Table:
-    keys = sorted({k for a in advice for k, v in a.summary.phases.items() if v is not None})
-    head = ["run", "step (s)"] + [phase_label(k) for k in keys]
-    rows = [[a.run.name[:24], fmt(a.summary.step_time, ".3f")] + [fmt(a.summary.phases.get(k), ".3f") for k in keys]
-            for a in advice]  # fmt: skip
-    return "median phase times (s) after the warm-up", head, rows
 
 
 def method_table(
@@ -91,7 +81,7 @@ def flag_lines(completion_rate: float) -> list[tuple[str, str]]:
 def reading(advice: list[RunAdvice]) -> list[str]:
     """How to read the projections, with the all-equal share where one was logged."""
     out = []
-    shares = [a.trend["mean"] for a in advice if a.trend]
+    shares = [a.mean_share for a in advice if a.mean_share is not None]
     limits = [1.0 / a.summary.lossless_ratio for a in advice if a.summary.lossless_ratio]
     if shares:
         limit = f" (lossless limit {statistics.fmean(limits):.2f}x)" if limits else ""
@@ -112,7 +102,7 @@ def reading(advice: list[RunAdvice]) -> list[str]:
 def tables(
     advice: list[RunAdvice], gen_share: float | None, completion_rate: float, console: bool
 ) -> list[Table]:
-    out = [run_table(advice), phase_table(advice)]
+    out = [run_table(advice)]
     if any(a.shares for a in advice):  # a projection needs the all-equal share
         out.append(method_table(advice, gen_share, completion_rate, console))
     return out
@@ -146,7 +136,7 @@ def console_text(advice: list[RunAdvice], gen_share: float | None, completion_ra
     for line in reading(advice):
         out += textwrap.wrap(line, WIDTH, initial_indent="- ", subsequent_indent="  ")
     if _notes(advice):
-        out.append("what the logs are too short (or lack) to tell:")
+        out.append("what the logs lack to tell:")
         for note in _notes(advice):
             out += textwrap.wrap(note, WIDTH, initial_indent="- ", subsequent_indent="  ")
     return "\n".join(out)
@@ -161,7 +151,7 @@ def markdown(advice: list[RunAdvice], gen_share: float | None, completion_rate: 
     out += [f"| {name} | `{flags}` |" for name, flags in flag_lines(completion_rate)] + [""]
     out += [f"- {line}" for line in reading(advice)] + [""]
     if _notes(advice):
-        out += ["What the logs are too short (or lack) to tell:", ""] + [f"- {n}" for n in _notes(advice)]
+        out += ["What the logs lack to tell:", ""] + [f"- {n}" for n in _notes(advice)]
     return "\n".join(out) + "\n"
 
 

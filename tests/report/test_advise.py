@@ -98,7 +98,7 @@ def test_the_runs_own_machine_is_its_median_phases(tmp_path):
     a = A.analyse(make_run(tmp_path, "g"), Settings(warmup=1))
     assert (a.machine.f, a.machine.fixed) == pytest.approx((0.5, 0.1))
     assert a.summary.lossless_ratio == pytest.approx((4 * 0.6 + 4 * 0.4 + 8 * 0.4) / 16)
-    assert a.trend["mean"] == pytest.approx(0.45) and a.trend["first_half"] == pytest.approx(0.3)
+    assert a.mean_share == pytest.approx(0.45)
 
 
 def _fits_100_columns(text: str, tmp_path) -> bool:
