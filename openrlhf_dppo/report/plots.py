@@ -1,9 +1,8 @@
 """PNG plots of the compare report, drawn on matplotlib's Agg canvas (no display, no pyplot state).
 
-``build_figures(report)`` returns the figures by name; only those with something to show are built
-(no pruning plot when no run logged dppo/* metrics, no eval plot without eval_results.json).
-``write_plots`` saves them and stores the number of axes of each in the PNG's text metadata under
-``AXES_KEY``, so that a reader of the file can check the figure it holds.
+``build_figures(report)`` returns the figures by name, each only where there is something to show (no
+eval plot without eval_results.json). ``write_plots`` saves them, each PNG's number of axes in its text
+metadata under ``AXES_KEY``. The per-step ``dppo/*`` metrics are the training loggers' to plot.
 """
 
 from __future__ import annotations
@@ -15,14 +14,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from openrlhf_dppo import run_dir as R
 from openrlhf_dppo.report.model import Report
-from openrlhf_dppo.report.summary import REWARD_WINDOW, TOKEN_KEYS, RunSummary, eval_table, phase_label
+from openrlhf_dppo.report.summary import REWARD_WINDOW, TOKEN_KEYS, eval_table, phase_label
 
 AXES_KEY = "openrlhf_dppo.axes"
-KEEP_KEYS = (R.PROMPT_KEEP_FRAC, R.COMPLETION_KEEP_FRAC)
-WEIGHT_KEYS = (R.WEIGHT_MEAN, R.WEIGHT_MAX, R.WEIGHT_ESS)
-PACK_KEYS = (R.PACK_DENSITY, R.PACK_MICRO_BATCHES, R.PACK_LOWER_BOUND)
 
 
 def _figure(n_axes: int, width: float = 6.0) -> tuple[Figure, list]:
@@ -132,52 +127,6 @@ def _tokens(report: Report) -> Figure | None:
     return fig
 
 
-def _per_step(
-    ax, summaries: list[tuple[int, RunSummary]], keys: tuple[str, ...], styles: tuple[str, ...]
-) -> None:
-    """One line per (run, key); a run keeps its colour (its index in the report) across figures."""
-    for i, s in summaries:
-        for key, style in zip(keys, styles):
-            steps, values = s.run.series(key)
-            if steps:
-                ax.plot(steps, values, ls=style, color=_color(i), marker=".", label=f"{s.run.name}: {key}")
-    ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.grid(alpha=0.3)
-    if ax.get_lines():
-        ax.legend(fontsize=7)
-    else:
-        ax.text(0.5, 0.5, "not logged: " + ", ".join(keys), ha="center", va="center", transform=ax.transAxes)
-
-
-def _pruning(report: Report) -> Figure | None:
-    runs = [
-        (i, s) for i, s in enumerate(report.summaries) if any(s.run.has(k) for k in KEEP_KEYS + WEIGHT_KEYS)
-    ]
-    if not runs:
-        return None
-    fig, (keep, weights, ess) = _figure(3, width=5.0)
-    _per_step(keep, runs, KEEP_KEYS, ("-", "--"))
-    keep.set_title("kept fractions")
-    _per_step(weights, runs, WEIGHT_KEYS[:2], ("-", "--"))
-    weights.set_title("importance weights (mean, max)")
-    _per_step(ess, runs, WEIGHT_KEYS[2:], ("-",))
-    ess.set_title("effective sample size of the weights")
-    return fig
-
-
-def _packing(report: Report) -> Figure | None:
-    runs = [(i, s) for i, s in enumerate(report.summaries) if any(s.run.has(k) for k in PACK_KEYS)]
-    if not runs:
-        return None
-    fig, (density, count) = _figure(2)
-    _per_step(density, runs, PACK_KEYS[:1], ("-",))
-    density.set_title("valid-token density of the packed micro-batches")
-    _per_step(count, runs, PACK_KEYS[1:], ("-", ":"))
-    count.set_title("micro-batches vs lower bound ceil(tokens / capacity)")
-    return fig
-
-
 def _eval(report: Report) -> Figure | None:
     benches, table = eval_table(report.summaries)
     if not table:
@@ -201,8 +150,6 @@ BUILDERS = {
     "reward": _reward,
     "phase_times": _phase_times,
     "tokens": _tokens,
-    "pruning": _pruning,
-    "packing": _packing,
     "eval": _eval,
 }
 

@@ -14,17 +14,8 @@ from openrlhf_dppo.report import Settings, build_report, load_run
 from openrlhf_dppo.report.plots import AXES_KEY, build_figures, write_plots
 
 # axes per figure, counted from the builders: held-out accuracy and reward, each vs training time +
-# vs step (the DPPO fixture has one kind=eval line); one bar chart each for phases, tokens and eval;
-# keep fractions + weights (mean, max) + ESS; density + micro-batch counts
-EXPECTED_AXES = {
-    "heldout": 2,
-    "reward": 2,
-    "phase_times": 1,
-    "tokens": 1,
-    "pruning": 3,
-    "packing": 2,
-    "eval": 1,
-}
+# vs step (the DPPO fixture has one kind=eval line); one bar chart each for phases, tokens and eval
+EXPECTED_AXES = {"heldout": 2, "reward": 2, "phase_times": 1, "tokens": 1, "eval": 1}
 
 
 def _report(*dirs, **settings):
