@@ -1,11 +1,6 @@
-"""The compare report: read run directories, group them into arms (a configuration, one or more
-seeds), compare the arms on held-out accuracy against training time and on step time, render tables,
-markdown and plots.
-
-Layering: this package reads files written by the trainer (``openrlhf_dppo.run_dir``) and imports
-neither the host (OpenRLHF, Ray, DeepSpeed, vLLM) nor torch; matplotlib is imported only when plots are
-written and rich only when the terminal table is printed.
-"""
+"""The compare report and advise: read run directories, group them into arms, compare the arms, render
+tables, markdown and plots. Imports neither the host nor torch (advise's projection imports
+``openrlhf_dppo.core``); matplotlib and rich only when plots or the terminal table are made."""
 
 from openrlhf_dppo.report.arms import build_report
 from openrlhf_dppo.report.model import Report

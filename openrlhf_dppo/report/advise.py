@@ -1,12 +1,7 @@
-"""What a run's metrics.jsonl says about pruning on its task (``openrlhf-dppo advise``; docs/ADVISE.md).
-
-Per run directory, from compare's own numbers (``report.summary``): u_i, the share of step i's all-equal
-groups (``rollout/equal_reward_frac_ht``), and its mean; f, the generation share, and the weight sync's
-share; the lossless limit (``speedup.lossless_time_ratio``); and each method's projected
-step time as a share of GRPO's (``projection``: sync + f gen + (1 - f - sync) train, with the rate
-``core.PromptRateControl`` sets at the defaults). A run without u_i on every step gets no projection;
-``RunAdvice.notes`` say what is missing.
-"""
+"""``openrlhf-dppo advise`` (docs/ADVISE.md): per run directory, the all-equal share u_i
+(``rollout/equal_reward_frac_ht``), f and the weight sync's share, the lossless limit, and each method's
+projected step time as a share of GRPO's (:func:`projection`). A run without u_i on every step gets no
+projection; ``RunAdvice.notes`` say what is missing."""
 
 from __future__ import annotations
 

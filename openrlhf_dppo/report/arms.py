@@ -1,12 +1,7 @@
-"""From runs to arms, and arms against the baseline arm: the numbers of the compare report.
-
-An **arm** is one configuration with one or more seeds: the runs named by ``--arm NAME=GLOB`` (the
-``arms`` mapping of :func:`build_report`), or runs whose run_config.json differ only in their seeds
-(``train.seed``, ``dppo.seed``), per-run paths and logger names, named after the common part of their
-directory names (``grpo_s1``, ``grpo_s2`` -> ``grpo_s*``). Runs with equal configs and seeds are
-repeats: each is an arm of its own. The baseline arm is the first unless ``baseline`` names an arm or
-one of its runs. ``report.checks`` gives the warnings.
-"""
+"""Runs -> arms -> the compare report (:func:`build_report`). An arm is the runs named by
+``--arm NAME=GLOB``, or runs whose configs differ only in seeds and per-run paths, named after their
+directories' common part (``grpo_s1``, ``grpo_s2`` -> ``grpo_s*``); a repeated seed is an arm of its own.
+The baseline arm is the first unless ``baseline`` names an arm or one of its runs."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""The warnings of ``openrlhf-dppo compare`` (docs/REPORT.md, "Warnings"): can these numbers be compared?
-Called by ``report.arms.build_report``; each check returns plain sentences.
-
-They cover the run state (in progress, ended other than "finished", stopped early: a short baseline
-first), enough steps and eval points, the held-out datasets every evaluated run shares
-(:func:`choose_heldout`), configs and machines (``report.comparability``; a control's designed
-differences aside), the curves (at the target from the first smoothed point, a final far from the last
-reading, a baseline still climbing at its end: ``report.curves`` rule 6), speedups above the ideal,
-forward batches that differ in number, and seeds, reward keys or eval_results.json files that differ.
-"""
+"""The warnings of ``openrlhf-dppo compare`` (docs/REPORT.md, "Warnings"), as plain sentences: run
+state, steps and eval points, the shared held-out datasets, configs and machines, the curves, speedups
+above the ideal, forward batches, seeds, reward keys and eval_results.json files."""
 
 from __future__ import annotations
 
@@ -191,8 +184,8 @@ def curve_warnings(arm: Arm, target: float | None, baseline: bool) -> list[str]:
 
 
 def _climbing_target(base: Arm) -> list[str]:
-    """The baseline's mean curve rose over its last quarter by more than its final's noise (check 5;
-    ``report.curves`` rule 6): the target is the end of a climb."""
+    """The baseline's mean curve rose over its last quarter (``Curve.end_rise``) by more than its
+    final's noise: the target is the end of a climb."""
     curve, n = base.measured_curve(), max(1, len(base.seed_curves))
     rise, se = curve.end_rise(), curve.se()
     if rise is None or se is None:

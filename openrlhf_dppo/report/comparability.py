@@ -1,13 +1,6 @@
-"""Are two runs comparable? A diff of their saved run configs.
-
-Every OpenRLHF argument (run_config.json's ``args``, flattened to dotted keys) is compared, except
-``dppo.*`` and the per-run ones (output and checkpoint paths, logger names), and grouped under model,
-data, group size, seeds, hardware and "other OpenRLHF args". Reported without breaking comparability:
-between DPPO (or CPPO) and GRPO, the packing args DPPO turns on itself (``SET_BY_DPPO``); between GRESO and
-GRPO, the dynamic filtering GRESO needs (``NEEDED_BY_GRESO``); a control arm's
-designed differences (:func:`by_design`); the machine (``run_dir.MACHINE``) but for its precision,
-which breaks it.
-"""
+"""Are two runs comparable? A diff of their run_config.json: every OpenRLHF argument (``args``, flattened
+to dotted keys) but ``dppo.*`` and the per-run ones, grouped into categories; differences in a category of
+``NOT_BREAKING`` are reported without breaking comparability (docs/REPORT.md, "Warnings")."""
 
 from __future__ import annotations
 

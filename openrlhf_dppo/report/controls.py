@@ -1,11 +1,7 @@
-"""The equal-cost control: is DPPO's selection worth more than the same budget spent at random?
-
-Two kinds of arm are controls, told apart by their run_config.json alone (docs/REPORT.md, "Comparing
-runs"): **uniform selection** (a DPPO arm with ``dppo.prompt_policy uniform``) and **GRPO at DPPO's
-budget** (a GRPO arm with a smaller ``rollout.batch_size``, :func:`budget_batch_size`). A DPPO arm is
-matched to the uniform arm with its own config but ``prompt_policy``, and to the budget arm nearest its
-mean rolled-out prompts per step, within ``BUDGET_TOLERANCE``. What a control may differ in by design:
-:func:`designed_keys`. ``COLUMN``: the arm's time to target over each matched control's.
+"""The equal-cost control arms of compare (docs/REPORT.md): **uniform selection** (a DPPO arm with
+``dppo.prompt_policy uniform``) and **GRPO at DPPO's budget** (a GRPO arm with a smaller
+``rollout.batch_size``), told apart by run_config.json; ``COLUMN``: a DPPO arm's time to target over its
+matched control's.
 
     python -m openrlhf_dppo.report.controls --budget RUN_DIR   # prints the run's budget batch size
 """

@@ -1,22 +1,6 @@
-"""Held-out accuracy curves against training time, robust to one noisy evaluation (docs/REPORT.md).
-
-Plain floats in and out:
-
-1. **Smoothing**: a run's curve (t_i, p_i) (training time, ``eval_<dataset>_pass1``) becomes its running
-   median over ``window`` (odd) points, centred. The first ``window // 2`` points have no smoothed value
-   (a window moved inwards would show a later eval early); at the end the window is the last ``window``
-   points (it looks back only). A single outlier can neither lift the curve over a target nor set its
-   final value. Fewer points than the window: no smoothed value at all.
-2. **Final accuracy**: the smoothed value at the last eval point (the median of the last ``window``).
-3. **Time to target**: the first training time the smoothed curve reaches the target, interpolated
-   linearly between eval points; None (censored) when it never does. A curve at the target from its
-   first smoothed point has no crossing: its time is an upper bound.
-4. **An arm** (seeds of one configuration): at each eval step all seeds share, the mean of their
-   smoothed values (None where one has none) at the mean of their training times.
-5. **Noise of one eval point**: sqrt(p (1 - p) / n), n = eval prompts x samples per prompt.
-6. **End rise**: the smoothed rise from the last eval step at or before 3/4 of the last step to the
-   final (``Curve.end_rise``); ``report.checks`` warns when the baseline's exceeds its final's noise.
-"""
+"""Held-out accuracy curves against training time: running-median smoothing, final accuracy, time to
+target, the mean over seeds and the noise of one eval point (the rules: docs/REPORT.md, "How the numbers
+are computed"). Plain floats in and out."""
 
 from __future__ import annotations
 
@@ -27,9 +11,9 @@ from dataclasses import dataclass
 
 
 def running_median(values: Sequence[float], window: int = 3) -> list[float | None]:
-    """Median of the ``window`` values centred on each index; at the end the last ``window`` values
-    (a window that looks back only); None where a centred window would start before the first value,
-    and everywhere when there are fewer than ``window`` values (module docstring, rule 1)."""
+    """Median of the ``window`` (odd) values centred on each index; at the end the last ``window`` values;
+    None where a centred window would start before the first value, and everywhere when there are fewer
+    than ``window`` values. Raises ValueError for an even or non-positive window."""
     if window < 1 or window % 2 == 0:
         raise ValueError(f"the eval smoothing window must be an odd number >= 1, got {window}")
     n, half = len(values), window // 2
@@ -42,8 +26,7 @@ def running_median(values: Sequence[float], window: int = 3) -> list[float | Non
 
 def crossing_time(times: Sequence[float], values: Sequence[float | None], target: float) -> float | None:
     """First time the piecewise-linear curve through (times, values) reaches ``target``; None if never.
-    Points without a value (None: no smoothed value yet) are skipped; the first point with a value
-    that is at or above the target gives its own time (nothing before it to interpolate from)."""
+    None values are skipped; a first value already at the target gives its own time."""
     points = [(t, v) for t, v in zip(times, values, strict=True) if v is not None]
     for i, (t, v) in enumerate(points):
         if v >= target:
@@ -63,8 +46,7 @@ def standard_error(p: float, n: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class Spread:
-    """Mean and spread of one number over the seeds of an arm; ``values`` holds every seed (None:
-    the seed has no value, e.g. never reached the target), the statistics are over the others."""
+    """One number over the seeds of an arm: ``values`` per seed (None: no value), statistics over the rest."""
 
     values: tuple[float | None, ...]
 
@@ -103,8 +85,7 @@ class Spread:
 
 
 def within_spread(a: Spread, b: Spread) -> bool | None:
-    """Is the difference of the two means no larger than the larger seed standard deviation?
-    None when neither has a spread (fewer than two seeds with a value in both)."""
+    """|mean b - mean a| <= the larger seed standard deviation; None when neither has a spread."""
     if a.mean is None or b.mean is None:
         return None
     spreads = [s for s in (a.std, b.std) if s is not None]
@@ -116,7 +97,7 @@ def within_spread(a: Spread, b: Spread) -> bool | None:
 @dataclass
 class Curve:
     """A held-out accuracy curve: per eval point the step, the training time, the accuracy and its
-    smoothed value (None where the window does not fit: the first ``window // 2`` points)."""
+    smoothed value (None where the window does not fit)."""
 
     label: str  # the dataset, or "mean of a, b" over several
     steps: list[int]
@@ -142,8 +123,8 @@ class Curve:
         return next((i for i, v in enumerate(self.smoothed) if v is not None), None)
 
     def end_rise(self) -> tuple[int, float] | None:
-        """(step, rise): how much the smoothed curve rose from its last eval step at or before three
-        quarters of its last step to its final (rule 6); None where either point has no smoothed value."""
+        """(step, rise): the smoothed rise from the last eval step at or before 3/4 of the last step to the
+        final; None where either point has no smoothed value."""
         earlier = [i for i, s in enumerate(self.steps[:-1]) if 4 * s <= 3 * self.steps[-1]]
         start = self.smoothed[earlier[-1]] if earlier else None
         if self.final is None or start is None:
@@ -185,8 +166,8 @@ def mean_of_all(values: Sequence[float | None]) -> float | None:
 
 
 def mean_curve(curves: Sequence[Curve]) -> tuple[Curve | None, list[Curve]]:
-    """(the mean over seeds at the eval steps every seed has, each seed cut to those steps); a step
-    where some seed has no smoothed value has no smoothed mean."""
+    """(the mean over seeds at the eval steps all share, at their mean training time; each seed cut to
+    those steps). A step where some seed has no smoothed value has no smoothed mean."""
     if not curves:
         return None, []
     common = sorted(set.intersection(*(set(c.steps) for c in curves)))

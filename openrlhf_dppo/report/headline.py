@@ -1,11 +1,6 @@
-"""The report's summary sentences: one per arm compared with the baseline.
-
-They lead with held-out accuracy on the training-time axis and say how large the noise is: the seed
-spread where an arm has several seeds (a difference within it is called so), the standard error of one
-eval point otherwise. Start-up never enters them (it is in no time axis), and a single eval point
-cannot make them (``report.curves``). The final accuracy names the eval steps its median spans and
-the last readings beside it; what the warnings say against a figure is marked in the sentence.
-"""
+"""The report's summary sentences, one per arm against the baseline: held-out accuracy on the
+training-time axis with its noise (the seed spread, else the SE of one eval point), the time to target,
+the step-time speedup, and marks for what the warnings say against a figure."""
 
 from __future__ import annotations
 

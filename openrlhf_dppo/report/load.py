@@ -1,7 +1,4 @@
-"""From command-line run specs to a built report: run directories or globs, ``--arm NAME=GLOB`` and the
-baseline -> :class:`report.Report` (``load_report``), the one path from a command line to compare's
-numbers and their checks. Standard library only (no torch, no host).
-"""
+"""Command-line run specs (paths, globs, ``--arm NAME=GLOB``, the baseline) -> the built report."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The records ``openrlhf-dppo compare`` computes: an arm (one configuration over its seeds), an arm
-against the baseline arm, and the whole report. ``report.arms`` builds them; ``report.checks`` reads
-them for its warnings; the tables, headline and plots render them. Plain data with derived properties;
-imports nothing of the report that builds or checks them.
-"""
+"""The records of the compare report: an arm, an arm against the baseline, the report. Plain data with
+derived properties; ``report.arms`` builds them."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""Reading one run directory (the trainer's output; file names and keys in ``openrlhf_dppo.run_dir``).
-
-``load_run(path)`` returns a :class:`Run` with the parsed config, the training and eval metric lines
-(one per step, sorted by step), the status and the evaluation results. It is strict about what it cannot
-do without (the directory, ``run_config.json``, and ``metrics.jsonl`` unless status.json says the run is
-running: a clear :class:`RunDirError` naming the missing file) and lenient about what a run still in
-progress may lack (``metrics.jsonl`` before its first step, ``status.json``; ``eval_results.json`` is
-optional for every run). Lines of ``metrics.jsonl`` are read by ``run_dir.read_metrics``, the reader every
-consumer uses: a half-written last line is skipped and named in ``Run.notes``. A run_config.json written
-before ``--dppo.method`` (``enable`` true/false) is read as dppo/grpo (``upgrade_config``). Standard
-library only.
-"""
+"""One run directory, parsed (file names and keys: ``openrlhf_dppo.run_dir``). ``load_run(path)`` raises
+:class:`RunDirError` naming what is missing: the directory, ``run_config.json``, or ``metrics.jsonl``
+unless status.json says the run is in progress; ``status.json`` and ``eval_results.json`` are optional.
+A run_config.json written before ``--dppo.method`` is read as dppo/grpo (``upgrade_config``)."""
 
 from __future__ import annotations
 
@@ -35,13 +27,9 @@ __all__ = [
 
 @dataclass
 class Run:
-    """One run directory, parsed.
-
-    ``state`` is status.json's (``run_dir.STATES``; a run with metrics but no status.json is taken as
-    running; running, interrupted and requeued runs are in progress: ``run_dir.IN_PROGRESS``). ``train``/``evals`` are the metric lines with kind=train /
-    kind=eval, sorted by step; a line repeated for the same step (a resumed run) keeps the last one.
-    ``notes`` collects what was tolerated while reading (skipped partial line, duplicate steps).
-    """
+    """One run directory, parsed. ``train`` / ``evals``: the kind=train / kind=eval metric lines, one per
+    step (the last), sorted by step. ``state``: status.json's, "running" without one. ``notes``: what was
+    tolerated while reading (a partial last line, repeated steps)."""
 
     name: str
     path: Path
@@ -165,10 +153,8 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
 
 
 def upgrade_config(config: dict[str, Any]) -> dict[str, Any]:
-    """run_config.json in the current trainer's terms. A run written before ``--dppo.method`` has
-    ``enable`` (true/false) in its ``dppo`` config and its args: it becomes ``method`` dppo/grpo in place
-    of ``enable`` (and ``algo`` where it is missing), so an old and a new run of one arm compare equal.
-    ``argv`` is left as it was run."""
+    """run_config.json with ``dppo.enable`` (true/false) replaced by ``dppo.method`` dppo/grpo, in its
+    ``dppo`` config and its args (and ``algo`` set where missing); ``argv`` as it was run."""
     config = dict(config)
     if isinstance(config.get("dppo"), dict):
         config["dppo"] = _enable_to_method(config["dppo"], "enable", "method")
@@ -184,8 +170,7 @@ def upgrade_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _enable_to_method(values: dict[str, Any], old: str, new: str) -> dict[str, Any]:
-    """``values`` with ``old`` (true/false) replaced, at its place, by ``new`` = dppo/grpo; unchanged when
-    it holds ``new`` already or no boolean ``old``."""
+    """``values`` with a boolean ``old`` replaced, in place, by ``new`` = dppo/grpo (unless ``new`` is there)."""
     if new in values or not isinstance(values.get(old), bool):
         return values
     method = "dppo" if values[old] else "grpo"
@@ -204,8 +189,8 @@ def run_names(paths: list[str | Path]) -> list[str]:
 
 
 def stopped_early(run: Run) -> str | None:
-    """Why a "finished" run has fewer steps than it was set to make: status.json's ``reason``, or its
-    step below ``max_steps``; None for any other run."""
+    """Why a finished run made fewer steps than set: status.json's ``reason``, or its step below
+    ``max_steps``; None otherwise."""
     status = run.status or {}
     if run.state != "finished":
         return None

@@ -1,15 +1,10 @@
-"""The speedup arithmetic of the compare report: plain floats in, plain floats out.
+"""The speedup arithmetic of the compare report, plain floats in and out (docs/METHOD.md, "What a step
+can save"; docs/REPORT.md):
 
-1. step-time speedup = median T_step(baseline) / median T_step(run), over the steps after the first
-   ``warmup`` (compilation and the first weight sync inflate those);
-2. the ideal ratio, the limit of pruning alone (docs/METHOD.md, "What a step can save"):
-       T_run / T_baseline >= g * (f + (1 - f) * (1 - r_o)),
-   f the baseline's generation share of a step, r_o the run's completion prune rate and g the rollout a
-   step does relative to the baseline's (1 - r_q, or measured: samples generated per step / the
-   baseline's, which also covers an arm that rolls out more, as dynamic filtering does);
-3. the lossless ratio: an oracle that skips exactly the groups whose rewards are all equal (advantage
-   0, no policy gradient) takes (1 - u_i) of step i, u_i = ``rollout/equal_reward_frac_ht``. An arm
-   faster than that drops groups that carry gradient.
+1. step-time speedup = median T_step(baseline) / median T_step(run), after the first ``warmup`` steps;
+2. the ideal ratio T_run / T_baseline >= g (f + (1 - f)(1 - r_o)): f the baseline's generation share,
+   r_o the run's completion prune rate, g its rollout per step relative to the baseline's;
+3. the lossless ratio sum_i T_i (1 - u_i) / sum_i T_i, u_i = ``rollout/equal_reward_frac_ht``.
 """
 
 from __future__ import annotations

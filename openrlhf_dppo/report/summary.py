@@ -1,9 +1,5 @@
-"""One run's numbers for the compare report: a :class:`RunSummary` per run directory.
-
-The time axis is training time: ``time/train_s`` (the sum of the step times), else the cumulative
-``timing/step_total``. Start-up (``time/startup_s``) and evaluation (``timing/eval``) are reported apart
-and are in no time axis.
-"""
+"""One run's numbers for the compare report (:class:`RunSummary`). The time axis is training time
+(``time/train_s``, else the cumulative ``timing/step_total``); start-up and evaluation are apart."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The report's tables as plain (title, headers, rows of strings), rendered by ``render`` (rich, for the
-terminal) and ``markdown`` (report.md) alike, so both always show the same numbers."""
+"""The report's tables as (title, headers, rows of strings), rendered alike for the terminal and report.md."""
 
 from __future__ import annotations
 
@@ -18,8 +17,8 @@ def fmt(value: float | None, spec: str = ".3g", suffix: str = "") -> str:
 
 
 def fmt_spread(sp: Spread, spec: str = ".3f", suffix: str = "", counted: bool = False) -> str:
-    """ "mean ± sd (min–max)" over the seeds with a value; one seed: the value; ``counted``: "k of n"
-    appended when some seeds have no value (e.g. never reached the target)."""
+    """ "mean ± sd (min–max)" over the seeds with a value (one: the value); ``counted``: "[k of n]" where
+    some seeds have none."""
     if sp.mean is None:
         text = NA
     elif sp.k == 1:
@@ -154,8 +153,7 @@ def _total(s: RunSummary, key: str) -> str:
 
 
 def _filtered(s: RunSummary) -> bool:
-    """The run's generated-but-untrained completions were dropped by dynamic filtering (samples/filtered),
-    not pruned by DPPO: its r_o comes from the sample counts, not from dppo/completion_keep_frac."""
+    """Its untrained completions were dropped by dynamic filtering, not pruned by DPPO."""
     filtered = s.totals.get(R.SAMPLES_FILTERED)
     return bool(filtered) and not s.run.has(R.COMPLETION_KEEP_FRAC)
 
@@ -232,8 +230,7 @@ def eval_rows(report: Report) -> Table | None:
 
 
 def training_eval_rows(report: Report) -> Table | None:
-    """Per run: the held-out curve's last eval point, its smoothed final value (the median of the
-    last ``window`` evals, whose steps are named) and the point's SE."""
+    """Per run: the held-out curve's last eval point, its smoothed final, the steps of that median, the SE."""
     runs = [(s.run.name, s.heldout) for s in report.summaries if s.heldout is not None]
     if not runs:
         return None
@@ -261,8 +258,7 @@ def training_eval_rows(report: Report) -> Table | None:
 
 
 def summary_table(report: Report) -> Table:
-    """The console's table, one row per arm in about 100 columns: final held-out accuracy, the
-    matched-accuracy ratio and the step-time speedup against its ideal (the full tables: ``all_tables``)."""
+    """The console's table, one row per arm in about 100 columns."""
     headers = ["arm", "seeds", "final acc", "vs baseline", "time to target", "vs control", "step speedup"]
     rows = []
     for arm in report.arms:
