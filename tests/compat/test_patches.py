@@ -35,7 +35,7 @@ def test_every_patch_says_why_and_applies_somewhere_known():
     for name, patch in cpu.PATCHES.items():
         assert patch.name == name
         assert len(patch.why) > 40, name
-        assert patch.where and set(patch.where) <= set(cpu.SITES), name
+        assert patch.where and set(patch.where) <= set(cpu.patches.SITES), name
 
 
 @pytest.fixture
@@ -76,17 +76,17 @@ def test_each_site_installs_its_patches_in_table_order(recorded):
         RAY_WORKER_ORDER[:6] + ["worker_extension", "fp32_param_dtype", "engine_dtype"] + RAY_WORKER_ORDER[7:]
     )
     assert cpu.install(cpu.DRIVER) == driver
-    assert cpu.install(cpu.VLLM_ENGINE) == ["cuda_stubs", "amx_state", "plain_linear"]
+    assert cpu.install(cpu.patches.VLLM_ENGINE) == ["cuda_stubs", "amx_state", "plain_linear"]
     assert recorded == (
         [(n, cpu.RAY_WORKER) for n in RAY_WORKER_ORDER]
         + [(n, cpu.DRIVER) for n in driver]
-        + [(n, cpu.VLLM_ENGINE) for n in ("cuda_stubs", "amx_state", "plain_linear")]
+        + [(n, cpu.patches.VLLM_ENGINE) for n in ("cuda_stubs", "amx_state", "plain_linear")]
     )
 
 
 def test_a_switched_off_patch_is_installed_nowhere(recorded, monkeypatch):
     monkeypatch.setenv(cpu.ENV_DISABLE, "cuda_stubs")
-    assert "cuda_stubs" not in cpu.install(cpu.VLLM_ENGINE) + cpu.install(cpu.RAY_WORKER)
+    assert "cuda_stubs" not in cpu.install(cpu.patches.VLLM_ENGINE) + cpu.install(cpu.RAY_WORKER)
     assert cpu.install(cpu.DRIVER, {"cuda_stubs": True})[0] == "cuda_stubs"
     assert all(name != "cuda_stubs" for name, site in recorded if site != cpu.DRIVER)
 

@@ -178,7 +178,7 @@ def test_importing_the_vllm_worker_patches_nothing_and_building_it_does(repo_roo
         "from openrlhf_dppo.compat import vllm_worker as vw\n"
         "before = getattr(torch.cuda, '_openrlhf_dppo_cpu', False)\n"
         "calls = []\n"
-        "cpu.install = lambda site: calls.append(site)\n"
+        "vw.install = lambda site: calls.append(site)\n"
         "vw.CPUWorker.__init__ = lambda self, *a, **k: calls.append('vllm CPUWorker.__init__')\n"
         "vw.CPUEngineWorker(vllm_config=None, local_rank=0, rank=0, distributed_init_method='x')\n"
         "print(json.dumps({'patched_on_import': before, 'calls': calls}))\n"
@@ -187,7 +187,7 @@ def test_importing_the_vllm_worker_patches_nothing_and_building_it_does(repo_roo
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert out == {"patched_on_import": False, "calls": [cpu.VLLM_ENGINE, "vllm CPUWorker.__init__"]}
+    assert out == {"patched_on_import": False, "calls": [cpu.patches.VLLM_ENGINE, "vllm CPUWorker.__init__"]}
 
 
 def test_apply_prints_the_choice_and_hands_it_to_the_workers(monkeypatch, capsys):

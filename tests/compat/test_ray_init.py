@@ -10,13 +10,13 @@ from openrlhf_dppo.compat.cpu.ray_init import SETUP_HOOK, ray_init_kwargs, worke
 
 def test_ray_init_kwargs_merge_the_callers_runtime_env(monkeypatch):
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-    monkeypatch.setenv(cpu.ENV_VERIFY, "/tmp/x.jsonl")
+    monkeypatch.setenv(cpu.hooks.ENV_VERIFY, "/tmp/x.jsonl")
     kw = ray_init_kwargs({"runtime_env": {"env_vars": {"NCCL_DEBUG": "INFO"}}}, fake_gpus=3, num_cpus=None)
     env = kw["runtime_env"]["env_vars"]
     assert kw["num_gpus"] == 3 and kw["num_cpus"] >= 8 and kw["include_dashboard"] is False
     assert kw["runtime_env"]["worker_process_setup_hook"] == "openrlhf_dppo.compat.cpu.worker_setup"
     assert env["NCCL_DEBUG"] == "INFO"
-    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env[cpu.ENV_VERIFY] == "/tmp/x.jsonl"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env[cpu.hooks.ENV_VERIFY] == "/tmp/x.jsonl"
 
 
 def test_ray_init_kwargs_join_an_existing_cluster_without_local_resources(monkeypatch):

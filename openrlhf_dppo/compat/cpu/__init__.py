@@ -14,81 +14,16 @@ import os
 
 from openrlhf_dppo import precision as cpu_precision
 from openrlhf_dppo.compat.cpu import device_choice
-from openrlhf_dppo.compat.cpu.device_choice import (
+from openrlhf_dppo.compat.cpu.device_choice import (  # noqa: F401
     CPU,
     DeviceChoice,
     DeviceChoiceError,
     decide,
     decide_locally,
 )
-from openrlhf_dppo.compat.cpu.hooks import (
-    ENV_ACTIVE,
-    ENV_DEVICE,
-    ENV_DISABLE,
-    ENV_HEARTBEAT,
-    ENV_SYNC_TIMEOUT,
-    ENV_VERIFY,
-    ENV_WATCHDOG,
-    log,
-)
-from openrlhf_dppo.compat.cpu.patches import (
-    DRIVER,
-    PATCHES,
-    RAY_WORKER,
-    SITES,
-    VLLM_ENGINE,
-    check_names,
-    enabled,
-    install,
-)
-from openrlhf_dppo.compat.cpu.ray_init import (
-    ray_init_kwargs,
-    stand_in_gpus,
-    worker_pythonpath,
-    wrap_ray_init,
-)
-from openrlhf_dppo.compat.cpu.weight_sync import (
-    DIGEST_REQUEST,
-    GlooBroadcastGroup,
-    tensor_digest,
-)
-
-__all__ = [
-    "CPU",
-    "DIGEST_REQUEST",
-    "DRIVER",
-    "ENV_ACTIVE",
-    "ENV_DEVICE",
-    "ENV_DISABLE",
-    "ENV_HEARTBEAT",
-    "ENV_SYNC_TIMEOUT",
-    "ENV_VERIFY",
-    "ENV_WATCHDOG",
-    "PATCHES",
-    "RAY_WORKER",
-    "SITES",
-    "VLLM_ENGINE",
-    "DeviceChoice",
-    "DeviceChoiceError",
-    "GlooBroadcastGroup",
-    "apply",
-    "cuda_available",
-    "decide",
-    "decide_locally",
-    "enabled",
-    "install",
-    "log",
-    "ray_init_kwargs",
-    "stand_in_gpus",
-    "tensor_digest",
-    "worker_setup",
-]
-
-
-def cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
+from openrlhf_dppo.compat.cpu.hooks import ENV_ACTIVE, ENV_DISABLE, log
+from openrlhf_dppo.compat.cpu.patches import DRIVER, PATCHES, RAY_WORKER, check_names, enabled, install
+from openrlhf_dppo.compat.cpu.ray_init import stand_in_gpus, worker_pythonpath, wrap_ray_init  # noqa: F401
 
 
 def worker_setup() -> None:
@@ -120,7 +55,7 @@ def apply(
     here). ``switches``: ``name=False`` / ``name=True`` turns a patch of ``PATCHES`` off / on.
     """
     check_names(switches)
-    choice = decide(cuda_available=cuda_available) if choice is None else choice
+    choice = decide() if choice is None else choice
     if choice.device != CPU:
         log(f"CPU layer off: the workers compute on {choice.device} ({choice.why})")
         return False

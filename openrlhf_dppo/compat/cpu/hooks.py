@@ -1,9 +1,5 @@
-"""How the CPU patches are put in: the environment they are steered by, after-import hooks, one-time
-wrapping, and the log line.
-
-Host modules are patched right after their first import, never imported eagerly: a Ray worker that
-never loads vLLM must not pay for importing it, and a module that binds a host name at import (``from
-x import y``) must see the patched ``y``.
+"""How the CPU patches are put in: the environment names, after-import hooks (host modules are patched
+right after their first import, never imported eagerly), one-time wrapping, and the log line.
 """
 
 from __future__ import annotations
@@ -18,9 +14,7 @@ ENV_VERIFY = "OPENRLHF_DPPO_VERIFY_SYNC"  # path of a JSONL file: one record per
 ENV_HEARTBEAT = "OPENRLHF_DPPO_HEARTBEAT"  # file touched by workers on progress (watchdog input)
 ENV_SYNC_TIMEOUT = "OPENRLHF_DPPO_SYNC_TIMEOUT_S"  # gloo collective timeout (default 600 s)
 ENV_WATCHDOG = "OPENRLHF_DPPO_WATCHDOG_S"  # seconds without progress before the run is ended (600)
-ENV_DEVICE = (
-    "OPENRLHF_DPPO_DEVICE"  # auto (default) | cpu | cuda: where the workers compute (device_choice.py)
-)
+ENV_DEVICE = "OPENRLHF_DPPO_DEVICE"  # auto (default) | cpu | cuda: where the workers compute
 
 
 def log(msg: str) -> None:
@@ -67,11 +61,8 @@ def after_import(module_name: str, callback: Callable) -> None:
 
 
 def once(obj, attr: str, wrapper_factory: Callable) -> None:
-    """Replace ``obj.attr`` by ``wrapper_factory(original)`` unless already done.
-
-    The mark travels with ``functools.wraps`` (it copies ``__dict__``), so a second patch of the same
-    method is skipped: the first wrapper that lands on a method is the only one.
-    """
+    """Replace ``obj.attr`` by ``wrapper_factory(original)`` unless a wrapper (marked, and the mark travels
+    with ``functools.wraps``) is already there: the first wrapper on a method is the only one."""
     original = getattr(obj, attr)
     if getattr(original, "_openrlhf_dppo_cpu", False):
         return

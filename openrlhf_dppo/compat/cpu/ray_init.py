@@ -1,8 +1,6 @@
-"""The ``ray.init`` wrapper: nothing starts until OpenRLHF's ``train`` really starts Ray.
-
-Then the driver's watchdog starts (patch ``watchdog``) and Ray is given stand-in GPU resources and a
-runtime_env that runs ``openrlhf_dppo.compat.cpu.worker_setup`` in every worker (patch
-``ray_fake_gpus``).
+"""The ``ray.init`` wrapper: when OpenRLHF's ``train`` starts Ray, the driver's watchdog starts (patch
+``watchdog``) and Ray gets stand-in GPUs and a runtime_env that runs ``worker_setup`` in every worker
+(patch ``ray_fake_gpus``).
 """
 
 from __future__ import annotations
@@ -71,9 +69,8 @@ def wrap_ray_init(
 
 
 def stand_in_gpus(args) -> int:
-    """The stand-in GPUs a run needs: every GPU OpenRLHF 0.11.2's ``train(args)`` can ask for, counting
-    each model group and each vLLM engine on GPUs of its own (colocation only shares them, so this
-    bounds what its placement groups request). Too few and a placement group waits forever.
+    """The stand-in GPUs a run needs: every GPU OpenRLHF 0.11.2's ``train(args)`` can ask for, each
+    model group and vLLM engine counted on GPUs of its own (an upper bound: colocation only shares them).
 
     args: the hierarchical namespace OpenRLHF's validation made (critic and reward paths resolved).
     """
@@ -94,13 +91,9 @@ def stand_in_gpus(args) -> int:
 
 
 def ray_init_kwargs(kwargs: dict, fake_gpus: int, num_cpus: int | None) -> dict:
-    """``ray.init`` arguments with ``fake_gpus`` GPU resources (OpenRLHF's ``{"GPU": 1}`` bundles wait
-    forever otherwise) and a runtime_env that carries the setup hook and our environment to every
-    worker, merged with the caller's runtime_env.
-
-    When joining an existing cluster (``RAY_ADDRESS`` or an ``address`` argument, e.g. under the Slurm
-    launcher, whose nodes advertise the stand-in GPUs themselves), Ray refuses ``num_gpus`` /
-    ``num_cpus`` / ``include_dashboard``: only the runtime_env is added then."""
+    """``ray.init`` arguments with ``fake_gpus`` GPU resources and a runtime_env (merged with the caller's)
+    that carries the setup hook and ``WORKER_ENV`` to every worker. Joining a cluster (``RAY_ADDRESS`` or
+    an ``address`` argument), only the runtime_env is added: Ray refuses the resource arguments there."""
     out = dict(kwargs)
     runtime_env = dict(out.get("runtime_env") or {})
     env_vars = dict(runtime_env.get("env_vars") or {})

@@ -1,9 +1,6 @@
-"""A run that stops making progress is ended with a message saying where it stopped.
-
-A broken trainer -> vLLM weight sync does not raise: both sides wait forever. So the workers touch a
-heartbeat file (``heartbeat``) at each actor training pass and weight sync, and a thread in the driver
-(``Watchdog``, started by the ``ray.init`` wrapper) ends the run when the file has not changed for
-``OPENRLHF_DPPO_WATCHDOG_S`` seconds (600).
+"""The watchdog: workers write a heartbeat file at each actor training pass and weight sync; a driver
+thread (``Watchdog``, started by the ``ray.init`` wrapper) ends the run, saying where it stopped, when the
+file has not changed for ``OPENRLHF_DPPO_WATCHDOG_S`` seconds (600).
 """
 
 from __future__ import annotations
@@ -29,10 +26,8 @@ def heartbeat(event: str) -> None:
 
 
 def install_heartbeats() -> None:
-    """Progress marks for the watchdog: each actor training pass and each weight sync.
-
-    A weight sync already wrapped by ``verify_sync`` keeps that wrapper, which marks "weight sync done".
-    """
+    """Progress marks around each actor training pass and weight sync (a sync wrapped by ``verify_sync``
+    keeps that wrapper, which marks "weight sync done")."""
 
     def patch(module):
         def factory(original, event):
@@ -53,11 +48,8 @@ def install_heartbeats() -> None:
 
 
 class Watchdog:
-    """Ends a run whose workers have made no progress for ``stall_s`` seconds, with a clear message.
-
-    Progress is the heartbeat file the workers touch (``heartbeat()``); the run gets ``startup_s``
-    before the first. ``on_fire(message)`` is called once, from the watchdog thread.
-    """
+    """Calls ``on_fire(message)`` once, from its thread, when the heartbeat file has not changed for
+    ``stall_s`` seconds (``startup_s`` before the first); default: end the run."""
 
     def __init__(
         self, heartbeat_path: str, stall_s: float, startup_s: float, on_fire: Callable | None = None
@@ -105,9 +97,8 @@ class Watchdog:
 
 
 def op_build_locks(root: str | None = None) -> list[str]:
-    """The ``lock`` files of torch's C++ extension builds (DeepSpeed's CPU ops: ``fused_adam``,
-    ``deepspeed_shm_comm``) under ``root`` (``TORCH_EXTENSIONS_DIR``, else ~/.cache/torch_extensions). A build
-    that was killed leaves its lock, and every later run waits on it for ever without a word."""
+    """The ``lock`` files of torch's C++ extension builds (DeepSpeed's CPU ops) under ``root``
+    (``TORCH_EXTENSIONS_DIR``, else ~/.cache/torch_extensions); a killed build leaves its lock behind."""
     root = root or os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.expanduser("~/.cache/torch_extensions")
     found = []
     for dirpath, _, files in os.walk(root):

@@ -1,13 +1,6 @@
-"""The trainer -> vLLM weight sync on CPU: a gloo group on both sides, and its verification by digests.
-
-Without NCCL, vLLM's ``PyNcclCommunicator`` disables itself and its broadcast does NOTHING: the engine
-keeps generating from stale or uninitialised weights without an error. So
-  * trainer side (``patch_gloo_weight_sync``): OpenRLHF's ``stateless_init_process_group`` returns a
-    ``GlooBroadcastGroup``;
-  * engine side: vLLM is given our ``worker_extension_cls`` (``patch_worker_extension``,
-    ``openrlhf_dppo.compat.vllm_worker.CPUWorkerExtension``), which joins the same gloo group;
-  * ``patch_verify_sync`` (opt-in) compares, after every sync, a digest of every tensor the engine
-    holds with the trainer's, and raises on any difference.
+"""The trainer -> vLLM weight sync on CPU (why: ``patches.PATCHES``): the trainer's side of a gloo group
+(``patch_gloo_weight_sync``), the engine's (``patch_worker_extension``: ``compat.vllm_worker``), and the
+opt-in check by per-tensor digests after every sync (``patch_verify_sync``).
 """
 
 from __future__ import annotations
@@ -26,11 +19,8 @@ DIGEST_REQUEST = "__openrlhf_dppo_weight_digests__"  # sentinel weight name: "re
 
 
 class GlooBroadcastGroup:
-    """A stateless gloo group (trainer rank 0 + every vLLM worker) with the broadcast OpenRLHF calls.
-
-    Stands in for vLLM's ``PyNcclCommunicator``, which silently does nothing without NCCL. The group
-    never touches ``torch.distributed``'s default group (DeepSpeed's / vLLM's own).
-    """
+    """A stateless gloo group (trainer rank 0 + every vLLM worker) with the broadcast OpenRLHF calls, in
+    place of vLLM's ``PyNcclCommunicator``; ``torch.distributed``'s default group is never touched."""
 
     def __init__(self, host: str, port: int, rank: int, world_size: int, timeout_s: float | None = None):
         from datetime import timedelta
@@ -68,12 +58,8 @@ class GlooBroadcastGroup:
 
 
 def patch_gloo_weight_sync() -> None:
-    """Trainer side of the weight sync: ``stateless_init_process_group`` -> ``GlooBroadcastGroup``.
-
-    Call site: ``ActorPPOTrainer._init_vllm_sync_group`` (rank 0) imports it by name from
-    ``openrlhf.utils.distributed_util``; patched right after that module's import, so the name it
-    binds is ours. The vLLM side is ``CPUWorkerExtension.init_process_group``.
-    """
+    """Trainer side: ``stateless_init_process_group`` (in ``distributed_util`` and where ``ppo_actor``
+    bound it) -> ``GlooBroadcastGroup``."""
 
     def make(master_address, master_port, rank, world_size, device):
         return GlooBroadcastGroup(master_address, master_port, rank, world_size)
@@ -143,13 +129,8 @@ def tensor_digest(t) -> str:
 
 
 def patch_verify_sync() -> None:
-    """After every ``ActorPPOTrainer.broadcast_to_vllm``: compare what vLLM holds with the trainer.
-
-    Opt-in (``OPENRLHF_DPPO_VERIFY_SYNC=<file.jsonl>``). Rank 0 asks each engine for per-tensor
-    digests (fused ``qkv_proj`` / ``gate_up_proj`` split back into the trainer's q/k/v and gate/up
-    slices) through ``update_weight`` with a sentinel name, compares them with the digests of the
-    trainer's (gathered) parameters, appends one JSON record per sync and raises on a mismatch.
-    """
+    """Opt-in (``OPENRLHF_DPPO_VERIFY_SYNC=<file.jsonl>``): ``verify_weights`` after every
+    ``ActorPPOTrainer.broadcast_to_vllm``."""
     path = os.environ.get(ENV_VERIFY)
     if not path:
         return
@@ -173,10 +154,9 @@ def patch_verify_sync() -> None:
 
 
 def verify_weights(trainer, path: str, ray, torch) -> dict | None:
-    """Compare trainer parameters with every engine's weights (see ``patch_verify_sync``).
-
-    Returns the record appended to ``path`` (None on ranks other than 0, which only join the gather).
-    """
+    """Compare the trainer's (gathered) parameters with every engine's per-tensor digests (asked with
+    ``DIGEST_REQUEST``); append the record to ``path`` and return it (None on ranks other than 0, which
+    only join the gather). RuntimeError on a mismatched or missing tensor."""
     import deepspeed
 
     model = trainer.actor.model.module
