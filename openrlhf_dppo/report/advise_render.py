@@ -10,10 +10,9 @@ from pathlib import Path
 
 from openrlhf_dppo.report.advise import Machine, RunAdvice, methods, projection
 from openrlhf_dppo.report.curves import Spread
-from openrlhf_dppo.report.tables import NA, fmt, fmt_spread
+from openrlhf_dppo.report.tables import NA, Table, fmt, fmt_spread, markdown_table
 
 WIDTH = 100
-Table = tuple[str, list[str], list[list[str]]]
 
 
 def _spread(values: list[float | None], spec: str, console: bool, suffix: str = "") -> str:
@@ -145,10 +144,9 @@ def console_text(advice: list[RunAdvice], gen_share: float | None, completion_ra
 def markdown(advice: list[RunAdvice], gen_share: float | None, completion_rate: float) -> str:
     out = ["# openrlhf-dppo advise", "", "Runs: " + ", ".join(f"`{a.run.path}`" for a in advice), ""]
     for title, head, rows in tables(advice, gen_share, completion_rate, console=False):
-        out += [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        out += ["| " + " | ".join(r) + " |" for r in rows] + [""]
-    out += ["| method | flags |", "|---|---|"]
-    out += [f"| {name} | `{flags}` |" for name, flags in flag_lines(completion_rate)] + [""]
+        out += [title, "", *markdown_table(head, rows), ""]
+    flags = [[name, f"`{flags}`"] for name, flags in flag_lines(completion_rate)]
+    out += [*markdown_table(["method", "flags"], flags), ""]
     out += [f"- {line}" for line in reading(advice)] + [""]
     if _notes(advice):
         out += ["What the logs lack to tell:", ""] + [f"- {n}" for n in _notes(advice)]

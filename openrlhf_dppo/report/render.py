@@ -8,7 +8,7 @@ from pathlib import Path
 from openrlhf_dppo.report.headline import headline
 from openrlhf_dppo.report.model import Report
 from openrlhf_dppo.report.summary import REWARD_WINDOW
-from openrlhf_dppo.report.tables import all_tables, summary_table
+from openrlhf_dppo.report.tables import all_tables, markdown_table, md_cell, summary_table
 
 METHOD_NOTES = """\
 ## How the numbers are computed
@@ -56,10 +56,6 @@ def render_terminal(report: Report, console=None, tables: bool = False) -> None:
         )
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def markdown(report: Report, plots: dict[str, Path] | None = None) -> str:
     lines = ["# openrlhf-dppo compare", ""]
     for arm in report.arms:
@@ -68,21 +64,16 @@ def markdown(report: Report, plots: dict[str, Path] | None = None) -> str:
     lines.append("")
     summary = headline(report)
     if summary:
-        lines += ["## Summary", ""] + [f"- {_md_cell(line)}" for line in summary] + [""]
+        lines += ["## Summary", ""] + [f"- {md_cell(line)}" for line in summary] + [""]
     if report.warnings:
-        lines += ["## Warnings", ""] + [f"- {_md_cell(w)}" for w in report.warnings] + [""]
+        lines += ["## Warnings", ""] + [f"- {md_cell(w)}" for w in report.warnings] + [""]
     for title, headers, rows in all_tables(report):
-        lines += [f"## {title}", "", "| " + " | ".join(headers) + " |"]
-        lines.append("|" + "|".join("---" for _ in headers) + "|")
-        lines += ["| " + " | ".join(_md_cell(cell) for cell in row) + " |" for row in rows] + [""]
+        lines += [f"## {title}", "", *markdown_table(headers, rows), ""]
     for c in report.comparisons:
         if c.differences:
             lines += [f"### Config differences: `{c.other.name}` vs `{report.baseline.name}`", ""]
-            lines += ["| category | key | baseline | arm |", "|---|---|---|---|"]
-            lines += [
-                f"| {d.category} | `{d.key}` | {_md_cell(repr(d.baseline))} | {_md_cell(repr(d.other))} |"
-                for d in c.differences
-            ] + [""]
+            rows = [[d.category, f"`{d.key}`", repr(d.baseline), repr(d.other)] for d in c.differences]
+            lines += [*markdown_table(["category", "key", "baseline", "arm"], rows), ""]
     lines.append(
         METHOD_NOTES.format(
             warmup=report.settings.warmup,

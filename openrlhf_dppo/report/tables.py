@@ -12,6 +12,16 @@ Table = tuple[str, list[str], list[list[str]]]
 NA = "—"
 
 
+def md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a markdown table, its cells escaped."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return lines + ["| " + " | ".join(md_cell(cell) for cell in row) + " |" for row in rows]
+
+
 def fmt(value: float | None, spec: str = ".3g", suffix: str = "") -> str:
     return NA if value is None else f"{value:{spec}}{suffix}"
 
