@@ -2,11 +2,9 @@
 
     openrlhf-dppo advise RUN_DIR [RUN_DIR ...] [--gen-share 0.7] [--completion-rate 0.5] [--out DIR]
 
-Reads each run's metrics.jsonl (``report.advise``) and prints, in at most 100 columns, the all-equal share,
-f and the weight sync's share, the lossless limit, and the projected step-time speedup over GRPO
-of each method the CLI offers with the flags that run it, at the run's own f and at ``--gen-share``.
-``--out DIR`` writes the same as advise.md. Needs no GPU and no host; docs/ADVISE.md says how to read it.
-Exit status 0, or 2 when a run directory cannot be read or an argument is wrong (the message says why).
+Prints, in at most 100 columns, what ``report.advise`` reads from each run (docs/ADVISE.md); ``--out DIR``
+writes the same as advise.md. Exit status 0, or 2 when a run directory cannot be read or an argument is
+wrong.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@
     openrlhf-dppo compare --arm grpo='runs/grpo_s*' --arm dppo='runs/dppo_s*' \
         --arm uniform='runs/uniform_s*' --arm grpo+df='runs/df_s*' --baseline grpo --out DIR
 
-Globs are expanded here too. Needs only the standard library, rich and matplotlib (no torch, no
-OpenRLHF). Exit status: 0 on success, 2 when a run directory cannot be read or the arguments clash.
+Globs are expanded here too. Needs the standard library, rich and matplotlib only. Exit status 0, or 2
+when a run directory cannot be read or the arguments clash.
 """
 
 from __future__ import annotations

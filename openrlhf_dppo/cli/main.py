@@ -1,13 +1,5 @@
-"""The `openrlhf-dppo` console script: a dispatcher to the subcommands.
-
-    openrlhf-dppo train ...    -> openrlhf_dppo.cli.train_dppo_ray  (all OpenRLHF flags + --dppo.*)
-    openrlhf-dppo eval ...     -> openrlhf_dppo.cli.eval
-    openrlhf-dppo compare ...  -> openrlhf_dppo.cli.compare
-    openrlhf-dppo advise ...   -> openrlhf_dppo.cli.advise
-
-Each subcommand module is imported only when it is run (train pulls in Ray, DeepSpeed and vLLM); its
-``main`` receives the remaining arguments unchanged.
-"""
+"""The `openrlhf-dppo` console script: ``SUBCOMMANDS`` names the module of each subcommand, imported only
+when it runs; its ``main`` receives the remaining arguments unchanged."""
 
 from __future__ import annotations
 
