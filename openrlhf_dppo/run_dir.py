@@ -24,9 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-# Every metric key is named in metric_keys (constants only, which core imports too); run_dir
-# re-exports the names, so the readers and writers of a run directory use R.STEP_TOTAL, R.pass1_key, ...
-from openrlhf_dppo.metric_keys import *  # noqa: F403
+from openrlhf_dppo.metric_keys import *  # noqa: F403 - re-exported: R.STEP_TOTAL, R.pass1_key, ...
 from openrlhf_dppo.metric_keys import KIND, STARTUP_S, STEP, STEP_TOTAL, TIME, TRAIN, TRAIN_S, WALL_TIME
 
 # ---- files ---------------------------------------------------------------------------------------
@@ -37,16 +35,13 @@ EVAL_RESULTS = "eval_results.json"
 REPLACED = METRICS + ".replaced-"  # + n: the lines a resume cut from metrics.jsonl
 
 # ---- status.json ----------------------------------------------------------------------------------
-# running: training (the trainer). interrupted: the trainer was stopped by a signal (a cancel, a requeue,
-# a preemption, Ctrl-C) and whoever stopped it records the outcome; not final, a reader takes it as in
-# progress. finished / failed: the trainer's end. cancelled / requeued (and failed when the trainer died
-# without a word): the launcher's record (launch/status.py).
+# running, finished, failed: the trainer's. interrupted: stopped by a signal, not final (whoever stopped
+# it records the outcome). cancelled, requeued (and failed for a silent death): the launcher's.
 RUNNING, INTERRUPTED, FINISHED, FAILED = "running", "interrupted", "finished", "failed"
 CANCELLED, REQUEUED = "cancelled", "requeued"
 STATES = (RUNNING, INTERRUPTED, FINISHED, FAILED, CANCELLED, REQUEUED)
 IN_PROGRESS = (RUNNING, INTERRUPTED, REQUEUED)  # the run is not over: a reader shows partial numbers
-# Set (to "1") by a launcher (openrlhf_dppo.launch) for everything it starts: the trainer is then not the
-# one that records how a run ended, and a Ray process that died under it leaves the run "interrupted".
+# "1" in everything a launcher (openrlhf_dppo.launch) starts: the launcher records how the run ended
 LAUNCHED_ENV = "OPENRLHF_DPPO_LAUNCHED"
 # Ray's errors for a process of the run that is gone (matched by class name: run_dir imports no Ray)
 RAY_PROCESS_DEATHS = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError",
@@ -54,11 +49,10 @@ RAY_PROCESS_DEATHS = ("RayActorError", "ActorDiedError", "ActorUnavailableError"
 
 
 # ---- status.json keys the readers check ----------------------------------------------------------
-STATUS_STATE, STATUS_STEP, STATUS_MAX_STEPS = "state", "step", "max_steps"
+STATUS_STEP, STATUS_MAX_STEPS = "step", "max_steps"
 STATUS_REASON = "reason"  # why a run ended as it did (e.g. the prompts ran out before --dppo.max_steps)
 
-# ---- run_config.json: the machine a run ran on (timings from two machines do not compare) -----------
-# Made by the CLI with ``openrlhf_dppo.precision.machine`` (``RunMeta.machine``), written by the trainer.
+# ---- run_config.json: the machine a run ran on (``precision.machine``, via ``RunMeta.machine``) --------
 MACHINE = "machine"  # {cpu_model, cpu_native_bf16, torch_cpu_capability, device, precision, isa_caps}
 MACHINE_CPU_MODEL = "cpu_model"  # str: /proc/cpuinfo's model name
 MACHINE_CPU_NATIVE_BF16 = "cpu_native_bf16"  # bool: oneDNN has bf16 kernels for this CPU (env caps count)
@@ -79,12 +73,8 @@ MACHINE_ISA_CAPS = "isa_caps"
 
 # ---- reading ----------------------------------------------------------------------------------------
 def parse_metrics(text: str, name: str = METRICS, notes: list[str] | None = None) -> list[dict]:
-    """The JSON objects of a metrics.jsonl text, in file order.
-
-    A line that is not a JSON object is skipped and named in ``notes``: the last line (one the
-    trainer is writing right now) as "partial last line", any other (cut short by a kill before more
-    lines were appended) as "not valid JSON". Blank lines are ignored.
-    """
+    """The JSON objects of a metrics.jsonl text, in file order; blank lines ignored. Any other line is
+    skipped and named in ``notes``: the last as "a partial last line", others as "not a JSON object"."""
     lines = text.splitlines()
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     rows = []
@@ -105,11 +95,7 @@ def parse_metrics(text: str, name: str = METRICS, notes: list[str] | None = None
 
 def read_metrics(run_dir: str | os.PathLike, notes: list[str] | None = None) -> list[dict]:
     """Every line of ``run_dir/metrics.jsonl`` as a dict, in file order; [] when there is no file yet.
-
-    Lines that are not JSON objects are skipped (see :func:`parse_metrics`); ``notes``, when given,
-    collects what was skipped. Repeated steps are returned as written (a resumed run cuts its file
-    back, see :meth:`RunDir.resume`; :func:`last_per_step` keeps one line per step).
-    """
+    What is skipped: :func:`parse_metrics`. Repeated steps are returned as written (:func:`last_per_step`)."""
     path = Path(run_dir) / METRICS
     if not path.is_file():
         return []
@@ -137,9 +123,8 @@ class RunDirError(ValueError):
 
 
 def read_json_object(path: str | os.PathLike) -> dict:
-    """The JSON object in ``path`` (run_config.json, status.json, eval_results.json): the one reader of
-    them. A file that is not valid JSON, or holds something else than an object, raises
-    :class:`RunDirError` (a ``ValueError``) naming it."""
+    """The JSON object in ``path`` (run_config.json, status.json, eval_results.json); anything else raises
+    :class:`RunDirError` naming the file."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -169,10 +154,8 @@ def _write_json(path: Path, obj) -> None:
 def write_status(run_dir: str | os.PathLike, state: str, step: int | None, **extra) -> dict:
     """Replace status.json: ``{"state", "step", "max_steps", "updated", **extra}`` (e.g. ``reason``).
 
-    ``step=None`` keeps the step of the current file (0 without one), so that a launcher that does not
-    know the step cannot set it back; ``max_steps`` is kept likewise unless given. "interrupted" never
-    replaces failed, cancelled or requeued (a launcher's outcome may land before the stopped trainer's
-    last write); the file is then left as it is and returned.
+    ``step=None`` and an absent ``max_steps`` keep the current file's (step 0 without one). "interrupted"
+    never replaces failed, cancelled or requeued: the file is then left as it is and returned.
     """
     if state not in STATES:
         raise ValueError(f"status state must be one of {', '.join(STATES)}; got {state!r}")
@@ -195,13 +178,9 @@ def write_status(run_dir: str | os.PathLike, state: str, step: int | None, **ext
 
 
 def ended_by(err: BaseException, launched: bool = False) -> tuple[str, str]:
-    """(state, reason) for status.json when training ends with ``err``.
-
-    "interrupted" (not final: the launcher, if any, records the outcome) for the ``SystemExit`` of a
-    signal (Ray's SIGTERM handler in the trainer actor raises it) or Ctrl-C's ``KeyboardInterrupt``; and,
-    when ``launched`` (``LAUNCHED_ENV`` set), for the death of another Ray process of the run
-    (``RAY_PROCESS_DEATHS``): a cancel or requeue stops every process of the job, and a policy actor or
-    vLLM engine may die before the trainer sees its own signal. Else "failed"."""
+    """(state, reason) for status.json when training ends with ``err``: "interrupted" for ``SystemExit``
+    (a signal) or ``KeyboardInterrupt``, and, when ``launched`` (``LAUNCHED_ENV``), for the death of
+    another Ray process of the run (``RAY_PROCESS_DEATHS``); else "failed"."""
     text = " ".join(str(err).split())
     what = f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
     if isinstance(err, (SystemExit, KeyboardInterrupt)):
@@ -212,11 +191,8 @@ def ended_by(err: BaseException, launched: bool = False) -> tuple[str, str]:
 
 
 def to_plain(obj):
-    """Nested namespaces / dicts / sequences / tensors -> JSON-able values; anything else: its str.
-
-    Tensors and numpy values are recognised by their ``item``/``tolist`` methods (no torch import); a
-    non-finite float becomes its string ("nan", "inf") so that every line stays valid JSON.
-    """
+    """Nested namespaces / dicts / sequences / tensors (by ``item``/``tolist``) -> JSON-able values; a
+    non-finite float becomes its string ("nan", "inf"); anything else: its str."""
     if isinstance(obj, SimpleNamespace):
         return {k: to_plain(v) for k, v in vars(obj).items()}
     if isinstance(obj, dict):
@@ -347,12 +323,9 @@ class RunDir:
     def resume(self, step: int) -> int:
         """Cut metrics.jsonl back to a restored checkpoint at ``step``; returns the number of lines cut.
 
-        Of the lines earlier processes wrote, those with a step <= ``step`` are kept and the rest (the
-        steps after the checkpoint, which this process will redo, and lines that are not JSON) go to
-        ``metrics.jsonl.replaced-<n>``; at step 0 (no checkpoint: the run starts afresh) none is kept.
-        Lines this process already wrote are never cut. ``time/train_s`` continues from the kept
-        lines, so the file again has one line per step and a time that never goes back. (status.json
-        is the trainer's: it writes "running" at the restored step right after the restore.)
+        Lines of earlier processes with a step <= ``step`` stay (none at step 0); the rest go to
+        ``metrics.jsonl.replaced-<n>``. This process's own lines are never cut. ``time/train_s``
+        continues from the kept lines.
         """
         path = self.path / METRICS
         if not path.is_file():

@@ -1,9 +1,6 @@
-"""The training command of a Slurm job: an experiment recipe's flags plus what makes every restart resume.
-
-``build_train_command`` always adds ``--ckpt.load_enable --ckpt.path <ckpt>`` and a positive
-``--ckpt.save_steps``, so any restart of the job (requeue after preemption or time limit, node failure,
-a manual resubmission) resumes from the newest checkpoint: weights, optimizer, dataloader position and
-the DPPO prompt history (saved in the checkpoint's client_states by the trainer).
+"""The training command of a Slurm job: an experiment recipe's flags plus
+``--ckpt.load_enable --ckpt.path <ckpt>`` and a positive ``--ckpt.save_steps``, so that any restart
+resumes from the newest checkpoint.
 """
 
 from __future__ import annotations
@@ -18,10 +15,8 @@ DEFAULT_SAVE_STEPS = 10
 
 
 def load_experiment(path: str | os.PathLike, *, nodes: int, gpus_per_node: int) -> tuple[str, list[str]]:
-    """(entry module, training flags) of an experiment recipe (openrlhf_dppo/recipe.py format).
-
-    The recipe's NNODES / GPUS_PER_NODE variables follow the allocation (a CPU job, 0 GPUs, keeps the
-    recipe's own value), like any variable set in the environment."""
+    """(entry module, training flags) of an experiment recipe, with NNODES / GPUS_PER_NODE set from the
+    allocation (0 GPUs keeps the recipe's)."""
     from openrlhf_dppo.recipe import load_command
 
     environ = dict(os.environ, NNODES=str(nodes))
@@ -89,10 +84,9 @@ def build_train_command(
 ) -> TrainCommand:
     """The training command with the flags that make every restart resume from the newest checkpoint.
 
-    run_dir: `--ckpt.output_dir` (overrides the recipe's when given; defaults to it, else runs/slurm).
-    The checkpoint folder is the recipe's `--ckpt.path`, else `<run_dir>/ckpt`. A recipe that never
-    saves (`--ckpt.save_steps` absent or <= 0) gets `save_steps`: without checkpoints a requeued job
-    would start over. A relative `--dppo.run_dir` is made absolute (the job may run elsewhere).
+    run_dir: `--ckpt.output_dir` (default: the recipe's, else runs/slurm). The checkpoint folder is the
+    recipe's `--ckpt.path`, else `<run_dir>/ckpt`. A recipe that never saves gets `save_steps`. Paths
+    are made absolute. ValueError for `save_steps` <= 0.
     """
     if save_steps <= 0:
         raise ValueError(f"save_steps must be positive so that a requeued job can resume, got {save_steps}")

@@ -1,12 +1,9 @@
-"""One Slurm task of a Ray job (one task per node): the ONE per-node bootstrap of both ways to run on Slurm.
-
-The submitit launcher (``launch.slurm.RayJob``) calls ``SlurmTask.from_env``, ``prepare`` and ``run_node``
-in the task's own process; the plain sbatch template (slurm/dppo_ray.sbatch) runs, per node through srun,
+"""One Slurm task of a Ray job (one task per node): the per-node bootstrap of both ways to run on Slurm
+(``launch.slurm.RayJob`` in its own process; slurm/dppo_ray.sbatch through srun). docs/SLURM.md.
 
       python -m openrlhf_dppo.launch.node run --rendezvous-root DIR [--join-timeout S] \\
           [--num-gpus G] [--num-cpus C] -- <training command>
-
-and ``mark-requeue --rendezvous-root DIR`` on its time-limit signal. What a task does: docs/SLURM.md.
+      python -m openrlhf_dppo.launch.node mark-requeue --rendezvous-root DIR
 """
 
 from __future__ import annotations
@@ -101,13 +98,10 @@ def run_node(
     on_head_start: Callable | None = None,
     on_driver_start: Callable | None = None,
 ) -> NodeEnd | None:
-    """The per-node flow of both launchers: rank 0 starts the Ray head and runs the trainer; every other
-    rank joins the head and returns None when the head's Ray stops.
-
-    When the trainer exits, before Ray is stopped, ``decide(rc)`` says what the exit means and the
-    outcome is recorded with ``record`` at once (a cancelled task is killed soon after), unless a
-    requeue signal is awaited (``outcome.wait_s > 0``: the caller waits and records). A ``Terminated``
-    raised by the caller's SIGTERM handler stops the head and counts as an exit by SIGTERM.
+    """Rank 0 starts the Ray head and runs the trainer; every other rank joins and returns None when
+    the head's Ray stops. When the trainer exits, before Ray stops, ``decide(rc)`` gives the outcome and
+    ``record`` records it, unless ``outcome.wait_s > 0`` (the caller waits and records). A
+    ``Terminated`` raised by the caller's SIGTERM handler counts as an exit by SIGTERM.
     """
     # every process started from here knows a launcher records the outcome (run_dir.LAUNCHED_ENV)
     os.environ[LAUNCHED_ENV] = "1"

@@ -15,27 +15,6 @@ import subprocess
 import time
 
 
-def stop_process_group(proc: subprocess.Popen | None, grace_s: float = 20.0) -> None:
-    """SIGTERM the process group of `proc` (started with start_new_session), SIGKILL after `grace_s`."""
-    if proc is None:
-        return
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-        # the leader is gone; make sure nothing it left in its group survives
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        break
-
-
 def pid_running(pid: int) -> bool:
     """True while `pid` exists and is not a zombie (an exited child nobody has reaped yet)."""
     try:
@@ -60,6 +39,14 @@ def terminate_group(pid: int, grace_s: float) -> None:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def stop_process_group(proc: subprocess.Popen | None, grace_s: float = 20.0) -> None:
+    """``terminate_group`` of `proc` (started with start_new_session), then reap it."""
+    if proc is not None:
+        terminate_group(proc.pid, grace_s)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5.0)
 
 
 def ignore_job_signals() -> None:

@@ -1,10 +1,7 @@
-"""A Ray cluster across the tasks of one Slurm job: one task per node, task 0 is the head.
-
-Task 0 starts ``ray start --head --block`` and publishes ``ip:port`` in a rendezvous folder on a shared
-file system; the others join; task 0 waits for every node (else ``RayClusterError`` naming those that
-joined), runs the driver command with ``RAY_ADDRESS`` set, then writes a ``done`` marker the workers leave
-on. Each ``ray start --block`` is stopped through its own process group, never by ``ray stop``.
-Rendezvous files and Ray temp dirs are keyed by job id and restart count; agent ports are picked free.
+"""A Ray cluster across the tasks of one Slurm job (one task per node; docs/SLURM.md): task 0 starts the
+head and publishes ``ip:port`` in a shared rendezvous folder, waits for every node, runs the driver with
+``RAY_ADDRESS`` set and marks ``done``; the others join and leave on ``done``. Rendezvous files and Ray
+temp dirs are keyed by job id and restart count.
 """
 
 from __future__ import annotations
@@ -34,9 +31,8 @@ def free_port() -> int:
 
 
 def node_ip() -> str:
-    """The address other hosts reach this node at: the interface of the default route (a UDP `connect`
-    sends nothing), else what the hostname resolves to. Ray itself is not imported in the launcher
-    process: it installs signal handlers that would replace submitit's."""
+    """The address other hosts reach this node at: the interface of the default route, else what the
+    hostname resolves to."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.connect(("10.255.255.255", 1))
@@ -102,21 +98,15 @@ class Rendezvous:
         """Ray's temp dir on each node, private to this restart of the job."""
         return str(self.temp_root / f"ray_dppo_{self.folder.name}")
 
-    def stale_temp_dirs(self) -> list[Path]:
-        """Ray temp dirs that earlier restarts of this job left on this node (a hard kill skips the
-        teardown). A restart starts only after the previous one ended on every node, so none is in use."""
+    def remove_stale_temp_dirs(self) -> list[Path]:
+        """Remove (and return) the Ray temp dirs that earlier restarts of this job left on this node."""
         pattern = re.compile(rf"ray_dppo_ray_{re.escape(self.job_id)}_r(\d+)")
         stale = []
-        for path in self.temp_root.glob(f"ray_dppo_ray_{self.job_id}_r*"):
+        for path in sorted(self.temp_root.glob(f"ray_dppo_ray_{self.job_id}_r*")):
             m = pattern.fullmatch(path.name)
             if m and int(m.group(1)) < self.restart and path.is_dir():
                 stale.append(path)
-        return sorted(stale)
-
-    def remove_stale_temp_dirs(self) -> list[Path]:
-        stale = self.stale_temp_dirs()
-        for path in stale:
-            shutil.rmtree(path, ignore_errors=True)
+                shutil.rmtree(path, ignore_errors=True)
         return stale
 
     @property
@@ -244,10 +234,7 @@ def run_head(
 ) -> int:
     """Task 0: start the head, wait for `num_nodes` nodes, run `driver_cmd`; returns its exit code
     (`Popen.returncode`: negative for a signal) once the driver and Ray are stopped.
-
-    `on_driver_exit(returncode)` runs once the driver is gone and before Ray is stopped, with the job's
-    signals held: after a cancel Slurm SIGKILLs the task `KillWait` s after its SIGTERM, sooner than Ray
-    may stop, so whatever must be recorded is recorded there."""
+    `on_driver_exit(returncode)` runs once the driver is gone, before Ray is stopped, signals held."""
     address = f"{node_ip()}:{port}"
     head = subprocess.Popen(
         ray_start_command(
@@ -288,8 +275,7 @@ def run_worker(
     rdv: Rendezvous, *, num_cpus: int | None, num_gpus: int, join_timeout_s: float, lost_grace_s: float = 60.0
 ) -> None:
     """Tasks 1..N-1: join the head, stay until the head marks the job done. If this node's Ray dies
-    first, wait `lost_grace_s` for the head to finish (or requeue) before failing: exiting at once could
-    make srun end the step before task 0 has requeued the job."""
+    first, RayClusterError once the head has not finished within `lost_grace_s`."""
     address = rdv.wait_head(join_timeout_s)
     worker = subprocess.Popen(
         ray_start_command(

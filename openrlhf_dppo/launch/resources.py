@@ -1,8 +1,5 @@
-"""The Slurm side of a job: its time limit and resources as submitit / sbatch parameters.
-
-A job without GPUs (`--gpus-per-node 0`, the tiny CPU job) requests no gres at all: a CPU-only partition
-rejects any gres request, even gpu:0. Every job is submitted with `--requeue`, so that Slurm requeues it
-(instead of cancelling it) on preemption or node failure.
+"""The Slurm side of a job: its time limit and resources as submitit / sbatch parameters (every job
+`--requeue`; no gres at all without GPUs).
 """
 
 from __future__ import annotations

@@ -3,10 +3,7 @@
     python -m openrlhf_dppo.launch.slurm --config configs/<exp>.yaml --nodes 2 --gpus-per-node 8 \
         [--partition P --account A --qos Q --time 1-00:00:00] [--dry-run] [-- <extra training flags>]
 
-One Slurm task per node (``launch.node``); task 0 runs the training command, which always resumes from
-the newest checkpoint (``launch.command``). On submitit's pre-preemption signal ``RayJob.checkpoint`` stops
-the trainer and requeues the job; a trainer that dies otherwise is recorded by ``launch.status``. The
-whole behaviour: docs/SLURM.md.
+The whole behaviour: docs/SLURM.md.
 """
 
 from __future__ import annotations
@@ -86,7 +83,7 @@ class RayJob(submitit.helpers.Checkpointable):
         )
         if task.rank == 0:
             self._reset()
-            chain_sigterm(self._note_sigterm)
+            chain_sigterm(lambda: setattr(self, "_terminated", True))
         end = run_node(
             task,
             rdv,
@@ -97,8 +94,8 @@ class RayJob(submitit.helpers.Checkpointable):
             port=self.ray_port,
             decide=lambda code: self._decide(task, code),
             record=self._record,
-            on_head_start=self._set_head,
-            on_driver_start=self._set_driver,
+            on_head_start=lambda proc: setattr(self, "_head", proc),
+            on_driver_start=lambda proc: setattr(self, "_driver", proc),
         )
         if end is None:  # a worker: the head's Ray has stopped
             return None
@@ -118,8 +115,6 @@ class RayJob(submitit.helpers.Checkpointable):
         )
 
     def _decide(self, task: SlurmTask, rc: int) -> tuple[int, Outcome | None]:
-        """The trainer is gone (run_node records the outcome now unless a requeue signal is awaited: a
-        cancelled task is SIGKILLed `KillWait` s after its SIGTERM)."""
         self._driver = None
         return rc, settle(
             rc,
@@ -136,20 +131,9 @@ class RayJob(submitit.helpers.Checkpointable):
     def _report(self, outcome: Outcome) -> None:
         report(outcome, self.command.status_dir, self.command.ckpt_path)
 
-    def _set_head(self, proc) -> None:
-        self._head = proc
-
-    def _set_driver(self, proc) -> None:
-        self._driver = proc
-
-    def _note_sigterm(self) -> None:
-        self._terminated = True
-
     def checkpoint(self, *args, **kwargs):
-        """Called by submitit (task 0) on the preemption / time-limit signal, before it requeues the job.
-
-        Stops the trainer, then Ray (its actors could still write status.json), and marks the run
-        requeued before `scontrol requeue`: from then on Slurm may kill this process at any moment."""
+        """Called by submitit (task 0) on the preemption / time-limit signal, before it requeues the job:
+        stops the trainer, then Ray, and marks the run requeued."""
         self._requeue_asked = True
         driver, head, self._driver, self._head = self._driver, self._head, None, None
         # this runs in a signal handler that interrupted driver.wait(): poll, never wait on a child
@@ -185,30 +169,17 @@ def submit(
     resources: SlurmResources,
     *,
     log_dir: str | os.PathLike | None = None,
-    join_timeout_s: float = 300.0,
-    ray_port: int | None = None,
-    stop_grace_s: float = 60.0,
     max_requeue: int = 3,
-    ray_num_gpus: int | None = None,
-    ray_num_cpus: int | None = None,
-    requeue_wait_s: float = 60.0,
+    **job,
 ):
-    """Submit the job; returns the submitit Job. Raises SubmissionError when Slurm refuses it."""
+    """Submit the job; returns the submitit Job. ``job``: ``RayJob``'s keyword arguments but
+    ``gpus_per_node`` (the resources'). Raises SubmissionError when Slurm refuses it."""
     from submitit.core.utils import FailedJobError
 
     folder = Path(log_dir) if log_dir is not None else command.run_dir / "slurm"
     executor = submitit.SlurmExecutor(folder=folder / "%j", max_num_timeout=max_requeue)
     executor.update_parameters(**resources.submitit_parameters())
-    job_fn = RayJob(
-        command,
-        gpus_per_node=resources.gpus_per_node,
-        join_timeout_s=join_timeout_s,
-        ray_port=ray_port,
-        stop_grace_s=stop_grace_s,
-        ray_num_gpus=ray_num_gpus,
-        ray_num_cpus=ray_num_cpus,
-        requeue_wait_s=requeue_wait_s,
-    )
+    job_fn = RayJob(command, gpus_per_node=resources.gpus_per_node, **job)
     try:
         return executor.submit(job_fn)
     except FailedJobError as e:  # submitit's wrapper around a failed `sbatch`

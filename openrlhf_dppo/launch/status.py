@@ -1,10 +1,5 @@
-"""What the launcher records in the run's status.json when the trainer process ends without finishing.
-
-The trainer cannot record its own death (``kill -9``, the OOM killer, a cancel, a requeue): the launcher
-sees the exit code, and Slurm knows why the job is ending. The rules, one row per case, are the table of
-docs/SLURM.md, "When the trainer dies: status.json". "interrupted" (the trainer's word when a signal
-stopped it) is not an outcome and never replaces the launcher's record; a requeued run shows the step of
-its newest checkpoint. The file format and its writer are ``openrlhf_dppo.run_dir``'s.
+"""What the launcher records in the run's status.json when the trainer process ends without finishing:
+the table of docs/SLURM.md, "When the trainer dies: status.json" (the writer: ``openrlhf_dppo.run_dir``).
 """
 
 from __future__ import annotations
@@ -69,12 +64,9 @@ def settle(
 
 
 def slurm_job_state(job_id: str, restart: int, timeout_s: float = 20.0) -> str | None:
-    """Why the job is ending, as far as Slurm knows now; None when it cannot be asked.
-
-    While a cancelled or requeued job's processes are being stopped, `scontrol` says COMPLETING for
-    both; it already counts the requeue (Restarts above this run's `restart`), and accounting already
-    has the cancel (`sacct`: "CANCELLED by <uid>"). Returns "REQUEUED", "CANCELLED", another sacct state
-    (TIMEOUT, PREEMPTED, NODE_FAIL, ...) or scontrol's state (RUNNING while nothing is ending)."""
+    """Why the job is ending, as far as Slurm knows now; None when it cannot be asked. Returns
+    "REQUEUED" (scontrol's Restarts above `restart`), else scontrol's state, or sacct's while scontrol says
+    COMPLETING ("CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", ...)."""
     line = _run(["scontrol", "show", "job", "-o", str(job_id)], timeout_s)
     state = re.search(r"\bJobState=(\S+)", line or "")
     if state is None:
@@ -121,10 +113,8 @@ def read_status(run_dir: str | os.PathLike) -> dict | None:
 
 
 def record(outcome: Outcome, run_dir: str | os.PathLike, ckpt_path: str | os.PathLike) -> dict:
-    """Write the outcome to `<run_dir>/status.json`; returns what was written.
-
-    requeued: the newest checkpoint's step (what the restart shows). failed / cancelled: the last step
-    the trainer reported, else the newest checkpoint's. max_steps is kept from the trainer's status."""
+    """Write the outcome to `<run_dir>/status.json`; returns what was written. The step: the newest
+    checkpoint's when requeued, else the trainer's last (else the checkpoint's); max_steps is kept."""
     previous = read_status(run_dir) or {}
     if outcome.state == "requeued" or "step" not in previous:
         step = newest_checkpoint_step(ckpt_path)
