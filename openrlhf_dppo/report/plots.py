@@ -1,8 +1,9 @@
 """PNG plots of the compare report, drawn on matplotlib's Agg canvas (no display, no pyplot state).
 
-``build_figures(report)`` returns the figures by name, each only where there is something to show (no
-eval plot without eval_results.json). ``write_plots`` saves them, each PNG's number of axes in its text
-metadata under ``AXES_KEY``. The per-step ``dppo/*`` metrics are the training loggers' to plot.
+``build_figures(report)`` returns the curves by name (held-out accuracy, training reward), each only where
+a run logged it; ``write_plots`` saves them, each PNG's number of axes in its text metadata under
+``AXES_KEY``. The phases, tokens and eval results are report.md's tables; the per-step ``dppo/*``
+metrics are the training loggers' to plot.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from openrlhf_dppo.report.model import Report
-from openrlhf_dppo.report.summary import REWARD_WINDOW, TOKEN_KEYS, eval_table, phase_label
+from openrlhf_dppo.report.summary import REWARD_WINDOW
 
 AXES_KEY = "openrlhf_dppo.axes"
 
@@ -94,64 +95,7 @@ def _reward(report: Report) -> Figure | None:
     return fig
 
 
-def _phase_times(report: Report) -> Figure | None:
-    keys = list(dict.fromkeys(k for s in report.summaries for k, v in s.phases.items() if v is not None))
-    if not keys:
-        return None
-    fig, (ax,) = _figure(1, width=max(5.0, 1.6 * len(report.summaries) + 3))
-    names = [s.run.name for s in report.summaries]
-    bottom = [0.0] * len(names)
-    for j, key in enumerate(keys):
-        heights = [s.phases.get(key) or 0.0 for s in report.summaries]
-        ax.bar(names, heights, bottom=bottom, label=phase_label(key), color=_color(j))
-        bottom = [b + h for b, h in zip(bottom, heights)]
-    ax.set_ylabel(f"median seconds per step (after {report.settings.warmup} warm-up)")
-    ax.set_title("time per phase")
-    ax.legend(fontsize=8)
-    return fig
-
-
-def _tokens(report: Report) -> Figure | None:
-    if not any(s.totals.get(k) for s in report.summaries for k in TOKEN_KEYS):
-        return None
-    fig, (ax,) = _figure(1, width=max(5.0, 2.0 * len(report.summaries) + 3))
-    n = len(report.summaries)
-    width = 0.8 / len(TOKEN_KEYS)
-    for j, key in enumerate(TOKEN_KEYS):
-        xs = [i + (j - (len(TOKEN_KEYS) - 1) / 2) * width for i in range(n)]
-        ax.bar(xs, [s.totals.get(key) or 0.0 for s in report.summaries], width, label=key, color=_color(j))
-    ax.set_xticks(range(n), [s.run.name for s in report.summaries])
-    ax.set_ylabel("response tokens, summed over steps")
-    ax.set_title("tokens generated / trained / pruned")
-    ax.legend(fontsize=8)
-    return fig
-
-
-def _eval(report: Report) -> Figure | None:
-    benches, table = eval_table(report.summaries)
-    if not table:
-        return None
-    fig, (ax,) = _figure(1, width=max(6.0, 1.2 * len(benches) + 3))
-    width = 0.8 / len(table)
-    shown = [(i, s) for i, s in enumerate(report.summaries) if s.run.name in table]
-    for pos, (i, s) in enumerate(shown):
-        row = table[s.run.name]
-        xs = [b + (pos - (len(shown) - 1) / 2) * width for b in range(len(benches))]
-        ax.bar(xs, [row.get(b, 0.0) for b in benches], width, label=s.run.name, color=_color(i))
-    ax.set_xticks(range(len(benches)), benches, rotation=20)
-    ax.set_ylabel("accuracy (avg@k)")
-    ax.set_title("evaluation per benchmark")
-    ax.legend(fontsize=8)
-    return fig
-
-
-BUILDERS = {
-    "heldout": _heldout,
-    "reward": _reward,
-    "phase_times": _phase_times,
-    "tokens": _tokens,
-    "eval": _eval,
-}
+BUILDERS = {"heldout": _heldout, "reward": _reward}
 
 
 def build_figures(report: Report) -> dict[str, Figure]:

@@ -14,8 +14,8 @@ from openrlhf_dppo.report import Settings, build_report, load_run
 from openrlhf_dppo.report.plots import AXES_KEY, build_figures, write_plots
 
 # axes per figure, counted from the builders: held-out accuracy and reward, each vs training time +
-# vs step (the DPPO fixture has one kind=eval line); one bar chart each for phases, tokens and eval
-EXPECTED_AXES = {"heldout": 2, "reward": 2, "phase_times": 1, "tokens": 1, "eval": 1}
+# vs step (the DPPO fixture has one kind=eval line)
+EXPECTED_AXES = {"heldout": 2, "reward": 2}
 
 
 def _report(*dirs, **settings):
@@ -46,12 +46,12 @@ def test_pngs_are_valid_images_holding_those_figures(grpo_dir, dppo_dir, tmp_pat
             assert int(img.text[AXES_KEY]) == EXPECTED_AXES[name], name
 
 
-def test_grpo_only_runs_get_no_pruning_packing_or_eval_plots(tmp_path, rundirs):
+def test_runs_without_eval_lines_get_no_heldout_plot(tmp_path, rundirs):
     write_run, rows = rundirs.write_run, rundirs.train_rows(rundirs.GRPO_PHASES, rundirs.GRPO_REWARD)
     a = write_run(tmp_path / "a", rows)
     b = write_run(tmp_path / "b", rows)
     figures = build_figures(_report(a, b))
-    assert {n: len(f.axes) for n, f in figures.items()} == {"reward": 2, "phase_times": 1, "tokens": 1}
+    assert {n: len(f.axes) for n, f in figures.items()} == {"reward": 2}
     rep = _report(a, b)
     # identical runs: speedup 1, nothing pruned, ideal 1, efficiency 1
     c = rep.comparisons[0]

@@ -80,4 +80,4 @@ def test_real_runs_cli(tmp_path, capsys):
         in md
     )
     names = {p.name for p in out.iterdir()}
-    assert names == {"report.md", "reward.png", "phase_times.png", "tokens.png"}
+    assert names == {"report.md", "reward.png"}
