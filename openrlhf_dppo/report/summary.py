@@ -12,16 +12,12 @@ from openrlhf_dppo.report import speedup as S
 from openrlhf_dppo.report.curves import Curve, running_median
 from openrlhf_dppo.report.run import Run, number, series
 
-STEP_TOTAL = R.STEP_TOTAL
-PHASES = R.PHASES
 PHASE_LABELS = {
     R.GENERATION: "generation",
     R.MAKE_EXPERIENCE: "experience",
     R.PPO_TRAIN: "training",
     R.BROADCAST: "weight sync",
 }
-TOKEN_KEYS = R.TOKEN_KEYS
-SAMPLE_KEYS = R.SAMPLE_KEYS
 REWARD_WINDOW = 5  # steps of the trailing mean of the training reward
 
 
@@ -101,8 +97,8 @@ def train_clock(run: Run) -> tuple[dict[int, float], str]:
     """({step: training time at the end of the step}, its source)."""
     if run.train and all(number(row.get(R.TRAIN_S)) is not None for row in run.train):
         return {row[R.STEP]: float(row[R.TRAIN_S]) for row in run.train}, R.TRAIN_S
-    totals = accumulate(number(row.get(STEP_TOTAL)) or 0.0 for row in run.train)
-    return dict(zip((row[R.STEP] for row in run.train), totals)), f"cumulative {STEP_TOTAL}"
+    totals = accumulate(number(row.get(R.STEP_TOTAL)) or 0.0 for row in run.train)
+    return dict(zip((row[R.STEP] for row in run.train), totals)), f"cumulative {R.STEP_TOTAL}"
 
 
 def time_at(clock: dict[int, float], step: int) -> float:
@@ -118,7 +114,7 @@ def _startups(run: Run) -> tuple[float | None, int, float, str | None]:
     first = run.train[0] if run.train else {}
     if number(first.get(R.STARTUP_S)) is not None:
         return logged[0], len(logged) - 1, sum(logged[1:]), None
-    wall, total = number(first.get(R.WALL_TIME)), number(first.get(STEP_TOTAL))
+    wall, total = number(first.get(R.WALL_TIME)), number(first.get(R.STEP_TOTAL))
     if wall is not None and total is not None:
         note = "no time/startup_s: start-up counted from the run directory's creation, not the process start"
         return max(wall - total, 0.0), 0, 0.0, note
@@ -168,7 +164,7 @@ def _lossless_ratio(used: list[dict]) -> float | None:
     share and step time (a run from before the metric, or a reward model's run)."""
     shares, times = [], []
     for row in used:
-        u, t = number(row.get(R.EQUAL_REWARD_FRAC_HT)), number(row.get(STEP_TOTAL))
+        u, t = number(row.get(R.EQUAL_REWARD_FRAC_HT)), number(row.get(R.STEP_TOTAL))
         if u is None or t is None:
             return None
         shares.append(u)
@@ -179,14 +175,14 @@ def _lossless_ratio(used: list[dict]) -> float | None:
 def summarize(run: Run, settings: Settings) -> RunSummary:
     # medians and means skip the first `warmup` steps (all steps are kept when that would leave none)
     used = S.after_warmup(run.train, settings.warmup)
-    phase_keys = list(PHASES) + sorted(
-        {k for row in run.train for k in row if k.startswith(R.TIMING_PREFIX) and k != STEP_TOTAL}
-        - set(PHASES)
+    phase_keys = list(R.PHASES) + sorted(
+        {k for row in run.train for k in row if k.startswith(R.TIMING_PREFIX) and k != R.STEP_TOTAL}
+        - set(R.PHASES)
     )
     phases = {k: S.median_or_none(series(used, k)[1]) for k in phase_keys}
-    step_time = S.median_or_none(series(used, STEP_TOTAL)[1])
+    step_time = S.median_or_none(series(used, R.STEP_TOTAL)[1])
     sums = {}
-    for key in TOKEN_KEYS + SAMPLE_KEYS + (R.TOKENS_FILTERED, R.SAMPLES_FILTERED):
+    for key in R.TOKEN_KEYS + R.SAMPLE_KEYS + (R.TOKENS_FILTERED, R.SAMPLES_FILTERED):
         _, values = run.series(key)
         sums[key] = sum(values) if values else None
 
