@@ -1,11 +1,6 @@
-"""The one OpenRLHF version this extension is written against, and how the host is prepared.
-
-The adapters override single methods of OpenRLHF classes, whose contracts another version can change
-silently, so any other version is refused. ``prepare_host()`` runs that check and, where flash-attn is
-not installed, installs the pure-torch stand-in for the two flash-attn modules OpenRLHF imports
-(``compat.flash_attn_stub``); the entry points that use the host call it, never an import. Importing
-``openrlhf_dppo.adapters`` runs ``guard_version()`` only. ``OPENRLHF_DPPO_SKIP_VERSION_CHECK=1`` skips
-the check (debugging only).
+"""The one OpenRLHF version this extension is written against (any other is refused), and how the host
+is prepared: ``prepare_host()`` (called by the entry points, never on import) checks it and installs the
+flash-attn stand-in where flash-attn is missing. ``OPENRLHF_DPPO_SKIP_VERSION_CHECK=1`` skips the check.
 """
 
 from __future__ import annotations
@@ -51,10 +46,8 @@ def guard_version() -> str | None:
 
 
 def prepare_host() -> str | None:
-    """Check the OpenRLHF version and install the flash-attn stand-in when needed. Idempotent.
-
-    Returns the installed OpenRLHF version (None when the check is skipped by the environment).
-    """
+    """Check the OpenRLHF version and install the flash-attn stand-in when needed. Idempotent. Returns
+    the installed OpenRLHF version (None when the check is skipped)."""
     from openrlhf_dppo.compat import flash_attn_stub
 
     version = guard_version()

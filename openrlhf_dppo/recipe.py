@@ -1,14 +1,8 @@
-"""Experiment recipes: YAML files expanded into the command line of a training entry point.
+"""Experiment recipes: YAML files expanded into the command line of a training entry point (the shell
+scripts, the Slurm launcher and ``--config`` all expand them here). Format: docs/SLURM.md, "Your own
+flags: a recipe".
 
-Each experiment is written once, as a YAML recipe; the shell scripts, the Slurm launcher and ``--config``
-all expand it with this module, so they cannot drift. The file format (``base``, ``entry``, ``vars``,
-``args``; ``${NAME}``, ``${NAME:-default}``, ``$((a * b))`` over the declared vars and ``REPO_ROOT``
-only) is docs/SLURM.md's, "Your own flags: a recipe".
-
-- ``load_config(path, environ=None) -> list[str]``: the recipe's flags.
-- ``load_command(path, environ=None) -> list[str]``: ``[python, "-m", entry, *flags]``.
-- ``expand_argv(argv, environ=None)``: replaces every ``--config PATH`` by PATH's flags (later flags win).
-- ``python -m openrlhf_dppo.recipe RECIPE.yaml [--dry-run] [more flags]`` runs (or prints) the command.
+    python -m openrlhf_dppo.recipe RECIPE.yaml [--dry-run] [more flags]   runs (or prints) the command
 
     base: other.yaml                          # optional: start from this recipe (relative to this file)
     entry: openrlhf_dppo.cli.train_dppo_ray   # module run with `python -m` (the default)

@@ -23,10 +23,8 @@ ANSWER_KEYS = ("answer", "Answer", "final_answer", "solution")
 
 @dataclass(frozen=True)
 class Benchmark:
-    """Where a benchmark lives and how to read its answer.
-
-    answer_from: "field" (the answer field as is), "boxed" (last \\boxed{} of a worked solution, as in
-    MATH), "gsm8k" (the text after "####")."""
+    """Where a benchmark lives and how to read its answer: ``answer_from`` "field" (as is), "boxed" (the
+    last \\boxed{} of a worked solution), "gsm8k" (the text after "####")."""
 
     hub: str
     split: str
@@ -97,12 +95,6 @@ def to_record(row: dict, name: str, bench: Benchmark, instruction: str) -> dict:
     return {"prompt": prompt, "answer": answer, "datasource": name, "problem": problem}
 
 
-def _local_candidates(name: str, local_dir: str | None) -> list[str]:
-    if not local_dir:
-        return []
-    return [os.path.join(local_dir, name + ext) for ext in (".jsonl", ".json", ".parquet", "")]
-
-
 def _load_path(path: str, split: str) -> list[dict]:
     if path.endswith(".jsonl"):
         with open(path, encoding="utf-8") as f:
@@ -126,7 +118,12 @@ def _load_path(path: str, split: str) -> list[dict]:
 
 def load_rows(name: str, bench: Benchmark, local_dir: str | None, source: str | None) -> list[dict]:
     """The raw rows of one benchmark from the first place that has it (see the module docstring)."""
-    for path in ([source] if source else []) + _local_candidates(name, local_dir) + [bench.hub]:
+    local = (
+        [os.path.join(local_dir, name + ext) for ext in (".jsonl", ".json", ".parquet", "")]
+        if local_dir
+        else []
+    )
+    for path in ([source] if source else []) + local + [bench.hub]:
         if os.path.exists(path):
             return _load_path(path, bench.split)
     hub = source or bench.hub  # not a local path: a hub id

@@ -1,10 +1,5 @@
-"""Reward functions in OpenRLHF 0.11.2's ``reward_func(queries, prompts, labels)`` contract.
-
-Each module is a file that ``--reward.remote_url <file.py>`` can load by path:
-- ``math_reward.py``: math answers checked with math-verify (the MATH recipe);
-- ``arithmetic.py`` and ``countdown.py``: the two tiny CPU tasks (``openrlhf_dppo.tiny``).
-
-``reward_path(name)`` gives the absolute path to pass to ``--reward.remote_url``.
+"""Reward files for ``--reward.remote_url <file.py>`` (OpenRLHF 0.11.2's ``reward_func(queries, prompts,
+labels)``): ``math_reward.py`` (math-verify), ``arithmetic.py`` and ``countdown.py`` (the tiny tasks).
 """
 
 import os

@@ -1,10 +1,7 @@
 """Reward for the embedded arithmetic task (``openrlhf_dppo.tiny``), in OpenRLHF's reward_func contract.
 
-``--reward.remote_url openrlhf_dppo/rewards/arithmetic.py``: OpenRLHF loads the file by path and calls
-``reward_func(queries, prompts, labels)``, each query the decoded prompt + completion (special tokens
-kept). The reward is 1.0 when the completion is exactly the label then ``<eos>``, else 0.0 (binary). A
-label that is not a sum in digits raises a ValueError that names the field. Imports only the standard
-library and torch, so the file loads in any process.
+``--reward.remote_url openrlhf_dppo/rewards/arithmetic.py``: 1.0 when the completion is exactly the label
+then ``<eos>``, else 0.0. A label that is not a sum in digits raises a ValueError that names the field.
 """
 
 from __future__ import annotations
@@ -22,10 +19,8 @@ def completion_of(query: str, prompt: str) -> str:
 
 
 def expected(label) -> str:
-    """The answer a label asks for: the sum in digits (``"17"`` for ``12+5=``, as ``openrlhf_dppo.tiny``
-    writes it; a number is taken as its digits). Any other label is refused with a ValueError: an empty
-    one (OpenRLHF's label without ``--data.label_key``) would score an empty answer 1.0, and another
-    task's answer would score every completion 0 without a word."""
+    """The answer a label asks for: the sum in digits (a number is taken as its digits); any other label
+    (an empty one, another task's) raises a ValueError."""
     text = str(label).strip()
     if not re.fullmatch(r"-?[0-9]+", text):
         shown = label if not isinstance(label, str) or len(label) <= 80 else label[:77] + "..."

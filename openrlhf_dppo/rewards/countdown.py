@@ -51,9 +51,8 @@ LABEL_FORMAT = '{"numbers": [...], "target": T}'
 
 
 def entry(label: str) -> dict:
-    """The scorer's entry from a dataset label ``'{"numbers": [...], "target": T}'`` (whole numbers, as
-    ``openrlhf_dppo.tiny.countdown`` writes it); any other label raises a ValueError that names the field
-    and the format (the scorer would score every answer against it as wrong)."""
+    """The scorer's entry from a dataset label ``LABEL_FORMAT`` (whole numbers); any other label raises a
+    ValueError that names the field and the format."""
     try:
         problem = json.loads(label) if isinstance(label, str) else None
     except ValueError:

@@ -55,8 +55,7 @@ class MathRewardConfig:
 
 # ----------------------------------------------------------------------------------------- text
 def as_text(x) -> str | None:
-    """Any input as valid UTF-8 text: bytes are decoded with replacement, lone surrogates replaced,
-    numbers formatted; anything else (None, lists, ...) is None."""
+    """Any input as valid UTF-8 text (bytes decoded, surrogates replaced, numbers formatted); else None."""
     if isinstance(x, bytes | bytearray):
         return bytes(x).decode("utf-8", errors="replace")
     if isinstance(x, bool):
@@ -94,8 +93,7 @@ def response_text(query: str, prompt: str | None) -> str:
 
 
 def answer_region(response: str, max_chars: int) -> tuple[str, bool]:
-    """(the text math-verify should read, whether it starts at a box). Only the last box counts:
-    math-verify would otherwise merge several boxes into one set."""
+    """(the text math-verify should read: from the last box on, else the tail; whether it is boxed)."""
     tail = response[-max_chars:]
     last = None
     for last in _BOX.finditer(tail):  # noqa: B007 - we want the last match
@@ -171,8 +169,7 @@ class _WorkerPool:
             return None
 
     def _acquire(self) -> subprocess.Popen:
-        """An idle worker, or a new one while fewer than ``size`` live. Waiting callers poll, so a
-        worker discarded by another thread (timeout) frees a slot for them too."""
+        """An idle worker, or a new one while fewer than ``size`` live (waiting callers poll)."""
         while True:
             with self.lock:
                 try:
@@ -279,11 +276,8 @@ class MathReward:
         return (1.0 - w) * float(reason == "correct") + w * float(boxed)
 
     def __call__(self, queries, prompts, labels, **kwargs) -> dict:
-        """OpenRLHF's contract: ``{"rewards": (n,), "scores": (n,), "extra_logs": {key: (n,)}}``.
-
-        ``scores`` is the 0/1 correctness (what dynamic filtering and pass@k should see); ``rewards``
-        adds the optional format term. Every extra_logs key is present for every sample, because
-        OpenRLHF stacks them across samples."""
+        """OpenRLHF's contract: ``{"rewards": (n,), "scores": (n,), "extra_logs": {key: (n,)}}``;
+        ``scores`` is the 0/1 correctness, ``rewards`` adds the format term; every key for every sample."""
         import torch
 
         queries = list(queries) if queries is not None else []

@@ -1,11 +1,6 @@
-"""The warm start's arithmetic: ATen's kernels pinned to AVX2, alike on every x86-64 CPU that has it.
-
-``WARM["arithmetic"] == "avx2"``: the warm start runs under ``PINNED_ENV`` (ATen's kernels and MKL's
-code path at AVX2). ATen's pinned kernels give the same bits on every such CPU (benchmarks/INFRA.md,
-"Warm start"); MKL picks its kernels by CPU model, and the rounding of the warm start's state
-(``WARM["state_bits"]``, ``tiny/warm.py``) removes what that changes. Both settings are read when torch
-and MKL load, so a process not under them builds in a child process that is. ``arithmetic=None``: this
-process's own kernels (quick tests).
+"""The warm start's arithmetic (benchmarks/INFRA.md, "Warm start"): with ``WARM["arithmetic"] == "avx2"``
+the build runs under ``PINNED_ENV`` (ATen's kernels and MKL's code path at AVX2), in a child process
+when this one is not; ``arithmetic=None``: this process's own kernels (quick tests).
 """
 
 from __future__ import annotations
@@ -29,8 +24,8 @@ def arithmetic_used() -> dict:
 
 
 def needs_pinned_child(warm: dict) -> bool:
-    """True when ``warm`` asks for the pinned arithmetic and this process does not have it (and is not
-    already the child made for it: a CPU without AVX2 builds with its own kernels, and says so)."""
+    """True when ``warm`` asks for the pinned arithmetic and this process, not already the child made
+    for it, does not have it."""
     if warm.get("arithmetic") != "avx2" or os.environ.get(_CHILD_ENV):
         return False
     return not arithmetic_used()["pinned_avx2"]

@@ -1,8 +1,5 @@
-"""What both tiny tasks' builds share (``tiny/build.py``: addition; ``tiny/countdown.py``): the model
-sizes and their Qwen3 config, the warm-start settings, the layout under ``--out`` and
-``train_and_save``, which writes the splits, trains the warm start and saves the bf16 model. Each task's
-build imports this module; neither imports the other (``python -m openrlhf_dppo.tiny.build --task ...``
-dispatches to both).
+"""What both tiny tasks' builds (``tiny/build.py``, ``tiny/countdown.py``) share: model sizes and their
+Qwen3 config, the warm-start settings, the layout under ``--out`` and ``train_and_save``.
 """
 
 from __future__ import annotations
@@ -39,8 +36,8 @@ WARM = dict(
 
 
 def hash_sources(h, paths) -> None:
-    """Update the hash ``h`` with the code of each Python file in ``paths``: its syntax tree without
-    docstrings (no line numbers, no comments), so that prose edits leave a build current."""
+    """Update the hash ``h`` with the syntax tree of each Python file in ``paths``, without docstrings,
+    comments or line numbers."""
     for path in paths:
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read())
@@ -112,12 +109,9 @@ def train_and_save(
     header: dict,
     log=print,
 ) -> dict:
-    """What every task's build shares; returns the build info (also written to ``build_info.json``).
-
-    Writes ``splits`` (name -> rows) under ``out``, trains a fresh Qwen3 (``config_kwargs``, seeded) on
-    ``supervised`` rows with ``warm_start``, casts it to bf16 -- the weights the pipeline starts from --,
-    reads ``measure(model, tok) -> dict`` of the cast model and saves model and tokenizer. ``header``: the
-    task's own leading fields of the info (fingerprint, seed, size, ...)."""
+    """Write ``splits`` (name -> rows) under ``out``, warm-start a fresh Qwen3 (``config_kwargs``, seeded)
+    on ``supervised`` rows, cast it to bf16, read ``measure(model, tok) -> dict`` and save model and
+    tokenizer. Returns the build info (``header`` first), also written to ``build_info.json``."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 

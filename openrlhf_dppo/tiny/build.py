@@ -2,12 +2,9 @@
 
     python -m openrlhf_dppo.tiny.build --out .cache/tiny --seed 0 [--size s] [--task addition|countdown]
 
-Writes ``model/`` (Qwen3, bf16, head_dim 64, + tokenizer), ``data/{train,eval,dev,warm}.jsonl`` and
-``build_info.json`` (the inputs' fingerprint, parameter count, warm-start settings and readings). The model
-is warm-started with supervised loss on ``warm`` for ``WARM["steps"]`` in float64, rounded to
-``WARM["state_bits"]`` bits each step, with ATen pinned to AVX2, so every machine gets the same weights.
-Deterministic for a seed; nothing is rebuilt while ``build_info.json`` carries the current fingerprint
-(``--force`` rebuilds). ``--size``: a name in ``SIZES`` or ``HIDDENxLAYERSxINTERMEDIATE``.
+Writes ``model/`` (Qwen3, bf16, + tokenizer), ``data/{train,eval,dev,warm}.jsonl`` and ``build_info.json``.
+The warm start (``WARM``) gives the same weights on every machine. Nothing is rebuilt while
+``build_info.json`` carries the current fingerprint (``--force`` rebuilds).
 """
 
 from __future__ import annotations
@@ -20,8 +17,6 @@ import os
 from openrlhf_dppo import precision
 from openrlhf_dppo.tiny import task
 from openrlhf_dppo.tiny.arithmetic import build_in_pinned_child, needs_pinned_child
-
-# re-exported: tests and benchmarks read build.WARM, build.model_config, ...
 from openrlhf_dppo.tiny.assets import (  # noqa: F401
     DEFAULT_SIZE,
     HEAD_DIM,

@@ -1,11 +1,8 @@
 """The second embedded task: countdown with 3 or 4 numbers in 1..9, from reasoning-gym (0.1.25).
 
-reasoning-gym's ``countdown`` generator writes the problems (``GENERATOR``); its ``score_answer`` scores
-them (``openrlhf_dppo/rewards/countdown.py``). A prompt is ``"<numbers>><target>:"`` and the completion a
-scratchpad, then ``;`` and the answer: ``"4,7,3>25:"  ->  "4*7=28,28-3=25;(4*7)-3"``. A row's ``label`` is
-the scorer's metadata as JSON and ``solution`` the scratchpad the warm start learns (``solve``). Splits:
-``N_DRAWS`` draws, duplicates dropped, shuffled with the seed and cut into ``task.SPLITS``.
-Deterministic for a seed.
+A prompt is ``"<numbers>><target>:"`` and the completion a scratchpad, then ``;`` and the answer:
+``"4,7,3>25:"  ->  "4*7=28,28-3=25;(4*7)-3"``. A row's ``label`` is the scorer's metadata as JSON
+(``rewards/countdown.py``), ``solution`` the scratchpad the warm start learns. Deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -178,12 +175,8 @@ def build_countdown(
     counts: dict = COUNTS,
     log=print,
 ) -> dict:
-    """Build the countdown assets under ``out`` (the first task's layout, ``assets.paths``); return the info.
-
-    ``counts``: ``split``'s sizes (smaller ones make a quick test build). The warm start is the first
-    task's (``assets.train_and_save``: a fixed number of supervised steps in float64 on pinned arithmetic),
-    here on the scratchpads (``solution``); the bf16 model is measured with the reward file's scorer.
-    """
+    """Build the countdown assets under ``out`` (``assets.paths``), warm-started on the scratchpads;
+    return the info. ``counts``: ``split``'s sizes."""
     warm = dict(WARM, **(warm or {}))
     if arithmetic.needs_pinned_child(warm):
         return arithmetic.build_in_pinned_child(out, seed, warm, size, "countdown", {"counts": counts})

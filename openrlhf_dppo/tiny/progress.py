@@ -31,10 +31,8 @@ ETA_WINDOW = 10  # the latest step times it is estimated from (DPPO's steps shor
 
 def time_left(rows: list[dict], steps: int | None, eval_every: int | None) -> float | None:
     """Seconds left in a run: the steps to go times the median of the latest ``ETA_WINDOW`` step times,
-    plus the evaluations to go times their mean time so far. None before ``ETA_AFTER`` steps or without
-    ``steps``. Evaluations run at step 0 and at every multiple of ``eval_every`` (OpenRLHF's schedule);
-    those after the last eval line are to go. Start-up is over by then; the last checkpoint save is not
-    counted."""
+    plus the evaluations to go (every multiple of ``eval_every`` after the last eval line) times their
+    mean time so far. None before ``ETA_AFTER`` steps or without ``steps``."""
     train = [r for r in rows if r.get(R.KIND) == R.TRAIN and R.number(r.get(R.STEP_TOTAL)) is not None]
     if not steps or len(train) < ETA_AFTER:
         return None

@@ -1,9 +1,7 @@
-"""The embedded verifiable task: addition of two integers below 10**digits (default: two-digit).
+"""The embedded verifiable task: addition of two integers below 10**digits (``"47+85="`` -> ``"132"``).
 
-A prompt is ``"<a>+<b>="`` and the answer the decimal sum (``"47+85="`` -> ``"132"``). The problem space,
-every ordered pair ``0 <= a, b < 10**digits``, is shuffled once with the build seed and cut into the
-disjoint splits ``eval`` (held out), ``dev`` (a reading of the warm start), ``train`` (the RL pool) and
-``warm`` (the supervised warm-start data). Pure Python, deterministic for a seed.
+Every ordered pair is shuffled once with the seed and cut into the disjoint ``SPLITS``: ``eval`` (held
+out), ``dev`` (a reading of the warm start), ``train`` (the RL pool), ``warm`` (the warm-start data).
 """
 
 from __future__ import annotations
@@ -20,10 +18,7 @@ def problem(a: int, b: int) -> dict:
 
 
 def split(seed: int, n_eval: int, n_dev: int, n_train: int, digits: int = 2) -> dict[str, list[dict]]:
-    """The four disjoint splits of the problem space (see the module docstring), as lists of rows.
-
-    ``warm`` gets every problem not in the first three. Raises ``ValueError`` when the space is too small.
-    """
+    """The four disjoint splits, as lists of rows; ``warm`` gets the rest. ValueError when too few."""
     size = 10**digits
     if n_eval + n_dev + n_train > size * size:
         raise ValueError(

@@ -1,10 +1,6 @@
-"""A character-level tokenizer for the tiny tasks, built locally (no download).
-
-One token per character of ``0123456789+=`` (plus space), and three special tokens: ``<pad>`` (id 0),
-``<eos>`` (id 1), ``<bos>`` (id 2, never added to prompts). It is a ``tokenizers`` WordLevel model
-behind a per-character split, wrapped as a ``transformers`` fast tokenizer so that OpenRLHF's
-``AutoTokenizer`` and vLLM load it from the model directory like any other. ``decode`` concatenates
-the characters exactly (Fuse decoder), so a decoded query starts with its prompt string verbatim.
+"""A character-level tokenizer for the tiny tasks, built locally: one token per character of
+``0123456789+= ``, and ``<pad>`` (id 0), ``<eos>`` (id 1), ``<bos>`` (id 2, never added to prompts). A
+``transformers`` fast tokenizer; ``decode`` concatenates the characters exactly.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""The supervised warm start of the tiny builds: a fixed number of next-token steps in the model's dtype.
-
-``warm_start`` is the rule both tasks' builds use (``assets.train_and_save``); ``tiny/build.py`` says why
-a fixed count in float64, ``tiny/arithmetic.py`` how the arithmetic is pinned.
-"""
+"""The supervised warm start of the tiny builds: a fixed number of next-token steps in the model's dtype."""
 
 from __future__ import annotations
 
@@ -34,10 +30,8 @@ def _encode(tok, prompts, answers):
 
 
 def _next_token_loss(model, ids, mask, labels):
-    """Mean next-token cross-entropy over the answer tokens, in the model's own dtype.
-
-    ids, mask, labels: (B, T) as from ``_encode``. transformers' built-in loss casts the logits to
-    fp32 first, which would undo a float64 warm start; this one keeps them as they are."""
+    """Mean next-token cross-entropy over the answer tokens, in the model's own dtype (transformers' loss
+    casts to fp32). ids, mask, labels: (B, T) as from ``_encode``."""
     import torch.nn.functional as F
 
     logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]  # (B, T-1, V): predicts t+1
@@ -53,8 +47,7 @@ def _rms_norm(norm, x):
 
 @contextlib.contextmanager
 def _norms_in_model_dtype(model):
-    """Within the block, the model's RMSNorms compute in the model's dtype (transformers' Qwen3RMSNorm
-    computes in fp32 whatever the dtype). Per module instance, removed on exit."""
+    """Within the block, the model's RMSNorms compute in the model's dtype, not fp32 (per instance)."""
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
     for norm in norms:
         norm.forward = functools.partial(_rms_norm, norm)
@@ -66,13 +59,10 @@ def _norms_in_model_dtype(model):
 
 
 def warm_start(model, tok, warm_rows: list[dict], warm: dict, seed: int, probe=None, log=print) -> dict:
-    """Supervised next-token training on ``warm_rows`` for exactly ``warm["steps"]`` steps.
-
-    The model trains in ``warm["dtype"]``, its norms too, on batches of ``warm["batch_size"]`` drawn
-    uniformly with replacement (seeded), and with ``warm["state_bits"]`` rounds its state after every
-    step (``round_to_bits``). ``probe(step, model)``, if given, is called every ``warm["log_every"]``
-    steps and after the last, for readings that do not change the training.
-    Returns ``{"steps": warm["steps"], "final_loss": float}``.
+    """Supervised next-token training on ``warm_rows`` for exactly ``warm["steps"]`` steps, norms in the
+    model's dtype, batches of ``warm["batch_size"]`` drawn with replacement (seeded), the state rounded
+    to ``warm["state_bits"]`` after each step when set. ``probe(step, model)`` is called every
+    ``warm["log_every"]`` steps and after the last. Returns ``{"steps", "final_loss"}``.
     """
     import random
 
@@ -109,8 +99,7 @@ def _warm_step(model, tok, warm_rows, warm, rng, opt):
 
 
 def training_state(model, opt) -> list:
-    """Every tensor the next step starts from: the parameters and AdamW's two moments (its step count is
-    an exact integer)."""
+    """Every tensor the next step starts from: the parameters and AdamW's two moments."""
     state = list(model.parameters())
     for p in model.parameters():
         s = opt.state.get(p, {})
@@ -119,14 +108,9 @@ def training_state(model, opt) -> list:
 
 
 def round_to_bits(tensors, bits: int) -> None:
-    """Round each float64 tensor in place to ``bits`` significant bits (round to nearest).
-
-    Two CPUs' results of one step differ in their last bits (their kernels sum in different orders);
-    on a grid 2^(53 - bits) times coarser both land on the same point unless one lies within that
-    difference of a midpoint, so the next step starts from the same state on both. Veltkamp's split:
-    with c = (2^s + 1) x, c - (c - x) is x rounded to 53 - s bits, three correctly rounded IEEE
-    operations, the same on every CPU. ValueError for bits outside [1, 52], TypeError for a tensor
-    that is not float64."""
+    """Round each float64 tensor in place to ``bits`` significant bits (round to nearest, Veltkamp's
+    split: c - (c - x) with c = (2^(53 - bits) + 1) x). ValueError for bits outside [1, 52], TypeError
+    for a tensor that is not float64."""
     import torch
 
     if not 1 <= bits <= 52:
