@@ -109,51 +109,42 @@ class Rendezvous:
                 shutil.rmtree(path, ignore_errors=True)
         return stale
 
-    @property
-    def head_file(self) -> Path:
-        return self.folder / "head.json"
-
-    @property
-    def done_file(self) -> Path:
-        return self.folder / "done"
-
-    @property
-    def requeue_file(self) -> Path:
-        """Written by whoever requeues the job (slurm/dppo_ray.sbatch on its signal) before stopping it."""
-        return self.folder / "requeue"
+    def _touch(self, name: str) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / name).touch()
 
     def request_requeue(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.requeue_file.touch()
+        """Written by whoever requeues the job (slurm/dppo_ray.sbatch on its signal) before stopping it."""
+        self._touch("requeue")
 
     def requeue_requested(self) -> bool:
-        return self.requeue_file.exists()
+        return (self.folder / "requeue").exists()
+
+    def mark_done(self) -> None:
+        self._touch("done")
+
+    def is_done(self) -> bool:
+        return (self.folder / "done").exists()
 
     def publish_head(self, address: str) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.head_file.with_suffix(".tmp")
+        tmp = self.folder / "head.json.tmp"
         tmp.write_text(json.dumps({"address": address, "host": socket.gethostname()}))
-        tmp.replace(self.head_file)  # atomic: a reader never sees half a file
+        tmp.replace(self.folder / "head.json")  # atomic: a reader never sees half a file
 
     def wait_head(self, timeout_s: float, poll_s: float = 0.5) -> str:
+        head = self.folder / "head.json"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.head_file.exists():
-                return json.loads(self.head_file.read_text())["address"]
-            if self.done_file.exists():
+            if head.exists():
+                return json.loads(head.read_text())["address"]
+            if self.is_done():
                 raise RayClusterError(f"the head finished before this node joined ({self.folder})")
             time.sleep(poll_s)
         raise RayClusterError(
-            f"no Ray head address after {timeout_s:.0f}s in {self.head_file}: task 0 did not start Ray "
+            f"no Ray head address after {timeout_s:.0f}s in {head}: task 0 did not start Ray "
             "(see its log) or the folder is not shared between the nodes"
         )
-
-    def mark_done(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.done_file.touch()
-
-    def is_done(self) -> bool:
-        return self.done_file.exists()
 
 
 def _count_nodes_main(address: str, expected: int, timeout_s: float) -> int:

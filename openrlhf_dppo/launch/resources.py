@@ -73,14 +73,9 @@ class SlurmResources:
         }
         if self.gpus_per_node > 0:  # a CPU-only partition rejects any gres request, even gpu:0
             params["gpus_per_node"] = self.gpus_per_node
-        optional = {
-            "cpus_per_task": self.cpus_per_task,
-            "partition": self.partition,
-            "account": self.account,
-            "qos": self.qos,
-            "constraint": self.constraint,
-        }
-        params.update({k: v for k, v in optional.items() if v is not None})
+        for k in ("cpus_per_task", "partition", "account", "qos", "constraint"):
+            if getattr(self, k) is not None:
+                params[k] = getattr(self, k)
         if self.mem_gb is not None:
             params["mem"] = (
                 f"{int(self.mem_gb)}GB" if self.mem_gb == int(self.mem_gb) else f"{int(self.mem_gb * 1024)}MB"

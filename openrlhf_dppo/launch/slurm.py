@@ -62,16 +62,15 @@ class RayJob(submitit.helpers.Checkpointable):
         self.requeue_wait_s = requeue_wait_s
         self._reset()
 
-    def _reset(self) -> None:
-        self._head = None  # the Ray head's `ray start` (task 0)
-        self._driver = None  # the running trainer (task 0)
-        self._requeue_asked = False  # checkpoint() ran: submitit requeues the job and exits
-        self._terminated = False  # the task got SIGTERM (a cancel, a requeue, a preemption)
+    # this run's state (task 0), not part of a resubmission: the Ray head's and the trainer's processes,
+    # whether checkpoint() ran (submitit requeues the job and exits) and whether the task got SIGTERM
+    _RUN_STATE = dict(_head=None, _driver=None, _requeue_asked=False, _terminated=False)
 
-    def __getstate__(self):  # the trainer's handle and this run's flags are not part of the resubmission
-        state = dict(self.__dict__)
-        state.update(_head=None, _driver=None, _requeue_asked=False, _terminated=False)
-        return state
+    def _reset(self) -> None:
+        self.__dict__.update(self._RUN_STATE)
+
+    def __getstate__(self):
+        return {**self.__dict__, **self._RUN_STATE}
 
     def __call__(self) -> dict | None:
         env = submitit.JobEnvironment()
@@ -285,17 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         command = build_train_command(
             flags + extra, run_dir=args.run_dir, save_steps=args.save_steps, entry=args.entry or entry
         )
+        as_given = ("nodes", "gpus_per_node", "cpus_per_task", "mem_gb", "partition", "account", "qos")
         resources = SlurmResources(
-            nodes=args.nodes,
-            gpus_per_node=args.gpus_per_node,
-            cpus_per_task=args.cpus_per_task,
-            mem_gb=args.mem_gb,
+            **{k: getattr(args, k) for k in (*as_given, "constraint", "exclusive")},
             time_min=parse_time_minutes(args.time),
-            partition=args.partition,
-            account=args.account,
-            qos=args.qos,
-            constraint=args.constraint,
-            exclusive=args.exclusive,
             job_name=args.job_name or f"dppo-{Path(args.config).stem}",
             signal_delay_s=args.signal_delay,
             setup=tuple(args.setup),

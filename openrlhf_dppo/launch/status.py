@@ -11,8 +11,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from openrlhf_dppo.run_dir import read_status as run_dir_status
-from openrlhf_dppo.run_dir import write_status
+from openrlhf_dppo.run_dir import read_status, write_status
 
 SLURM_REQUEUE_STATES = frozenset({"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PENDING"})
 
@@ -104,18 +103,13 @@ def newest_checkpoint_step(ckpt_path: str | os.PathLike) -> int:
     return max(steps, default=0)
 
 
-def read_status(run_dir: str | os.PathLike) -> dict | None:
-    """The run's status.json, or None when it is missing or unreadable (a run that never started)."""
-    try:
-        return run_dir_status(run_dir)
-    except ValueError:
-        return None
-
-
 def record(outcome: Outcome, run_dir: str | os.PathLike, ckpt_path: str | os.PathLike) -> dict:
     """Write the outcome to `<run_dir>/status.json`; returns what was written. The step: the newest
     checkpoint's when requeued, else the trainer's last (else the checkpoint's); max_steps is kept."""
-    previous = read_status(run_dir) or {}
+    try:
+        previous = read_status(run_dir) or {}
+    except ValueError:  # unreadable: replaced
+        previous = {}
     if outcome.state == "requeued" or "step" not in previous:
         step = newest_checkpoint_step(ckpt_path)
     else:

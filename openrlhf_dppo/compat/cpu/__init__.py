@@ -27,8 +27,7 @@ from openrlhf_dppo.compat.cpu.ray_init import stand_in_gpus, worker_pythonpath, 
 
 
 def worker_setup() -> None:
-    """Ray ``worker_process_setup_hook`` (``SETUP_HOOK``): the patches every Ray worker process needs,
-    after the worker's own check that it has no CUDA (``DeviceMismatch`` otherwise: nothing patched)."""
+    """Ray's ``worker_process_setup_hook``: the worker's own CUDA check (``DeviceMismatch``), then its patches."""
     from openrlhf_dppo._host import prepare_host
 
     device_choice.check_worker()

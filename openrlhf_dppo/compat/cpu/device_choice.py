@@ -1,17 +1,12 @@
-"""Where the run's workers compute, ``cpu`` or ``cuda``: decided once by the driver, checked by every worker.
-
-The driver's own torch cannot tell: on a GPU-less head node or under ``CUDA_VISIBLE_DEVICES=""`` it sees
-no CUDA while the Ray workers have GPUs, and the CPU layer must never reach those. So:
+"""Where the run's workers compute, ``cpu`` or ``cuda`` (docs/DESIGN.md, "CPU path"): decided once by the
+driver, checked by every worker.
 
   1. ``OPENRLHF_DPPO_DEVICE`` = ``auto`` (default) | ``cpu`` | ``cuda``; ``cpu`` or ``cuda`` decides
-     without asking (``cpu`` is refused on a driver that sees CUDA);
-  2. ``auto``: a driver that sees CUDA runs a ``cuda`` run; one that starts its own Ray (no
-     ``RAY_ADDRESS``) a ``cpu`` run; one that joins a cluster asks it (``ray.nodes()``): ``cuda`` when a
-     live node has GPUs Ray detected (an accelerator type recorded), else ``cpu`` (GPUs given by hand to
-     ``ray start --num-gpus`` are stand-ins). A child process asks, given ``ASK_TIMEOUT_S``, after a TCP
-     check of the address; the CLI asks only once the command line is valid (``decide_locally`` first);
-  3. every Ray worker of a ``cpu`` run checks for itself before any patch (``check_worker``): a worker
-     that sees CUDA refuses to start and says what to set.
+     (``cpu`` is refused on a driver that sees CUDA);
+  2. ``auto``: a driver that sees CUDA makes a ``cuda`` run; one that starts its own Ray a ``cpu`` run;
+     one that joins a cluster (``RAY_ADDRESS``) asks it: ``cuda`` when a live node has GPUs Ray
+     detected, else ``cpu`` (GPUs given by hand to ``ray start --num-gpus`` are stand-ins);
+  3. every Ray worker of a ``cpu`` run that sees CUDA refuses to start (``check_worker``).
 """
 
 from __future__ import annotations
@@ -93,8 +88,7 @@ def detected_gpus(nodes: list[dict]) -> float:
 
 def cluster_nodes(address: str, timeout_s: float = ASK_TIMEOUT_S) -> list[dict]:
     """``ray.nodes()`` of the cluster at ``address`` (the fields ``decide`` reads), asked by a child process
-    given ``timeout_s`` to answer; this process does not connect (OpenRLHF's ``train`` connects later with
-    its own runtime_env). Raises DeviceChoiceError naming ``RAY_ADDRESS``, the reason and the way out."""
+    given ``timeout_s``. Raises DeviceChoiceError naming ``RAY_ADDRESS``, the reason and the way out."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         return ray.nodes()
@@ -145,11 +139,8 @@ def _torch_sees_cuda() -> bool:
 def decide_locally(
     environ: Mapping[str, str] | None = None, cuda_available: Callable[[], bool] | None = None
 ) -> DeviceChoice | None:
-    """The decision where nothing needs asking (the module docstring's rule 1 and the first part of
-    rule 2); None: the Ray cluster at ``RAY_ADDRESS`` must be asked (``decide``). Never connects.
-
-    environ: the driver's environment (None: ``os.environ``); cuda_available: whether the driver's torch
-    sees CUDA (None: asks torch)."""
+    """The decision where nothing needs asking; None: the cluster at ``RAY_ADDRESS`` must be asked
+    (``decide``). environ: the driver's (None: ``os.environ``); cuda_available: None asks torch."""
     env = os.environ if environ is None else environ
     driver_cuda = (cuda_available or _torch_sees_cuda)()
     choice = requested(env)
@@ -175,12 +166,8 @@ def decide(
     cuda_available: Callable[[], bool] | None = None,
     ask_cluster: Callable[[str], list[dict]] | None = None,
 ) -> DeviceChoice:
-    """Where this run's workers compute (the module docstring's rules 1-2): ``decide_locally``, else the
-    cluster at ``RAY_ADDRESS`` is asked.
-
-    environ, cuda_available: as ``decide_locally``; ask_cluster: address -> ``ray.nodes()`` (None:
-    ``cluster_nodes``).
-    """
+    """Where this run's workers compute: ``decide_locally``, else the cluster at ``RAY_ADDRESS`` is asked
+    (``ask_cluster``: address -> ``ray.nodes()``; None: ``cluster_nodes``)."""
     env = os.environ if environ is None else environ
     local = decide_locally(env, cuda_available)
     if local is not None:

@@ -1,10 +1,8 @@
 """The one table of CPU patches (``PATCHES``): each patch's name, where it applies, what it installs and why.
 
-Sites: ``driver`` (the process that calls ``apply()``), ``ray_worker`` (every Ray worker, through the
-``worker_process_setup_hook``), ``vllm_engine`` (vLLM's own worker processes, through
-``compat.vllm_worker.CPUEngineWorker``). ``Patch.where`` maps a site to the function installed there at
-start-up, or to None where code at that site asks ``enabled(name)`` later. Any patch can be switched off
-by keyword (``apply(gloo_weight_sync=False)``) or by ``OPENRLHF_DPPO_CPU_DISABLE=name,name``.
+Sites: ``driver`` (calls ``apply()``), ``ray_worker`` (the setup hook), ``vllm_engine``
+(``compat.vllm_worker.CPUEngineWorker``). ``Patch.where``: site -> installer, or None where code at that
+site asks ``enabled(name)``. Off by keyword (``apply(name=False)``) or ``OPENRLHF_DPPO_CPU_DISABLE=a,b``.
 """
 
 from __future__ import annotations
@@ -151,10 +149,7 @@ def check_names(names) -> None:
 
 
 def install(site: str, overrides: dict | None = None) -> list[str]:
-    """Install, in table order, every enabled patch that has an installer at ``site``.
-
-    Returns the names of the patches installed.
-    """
+    """Install, in table order, every enabled patch that has an installer at ``site``; returns their names."""
     if site not in SITES:
         raise ValueError(f"unknown site {site!r}; known: {', '.join(SITES)}")
     done = []

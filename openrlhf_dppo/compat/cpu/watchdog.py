@@ -96,20 +96,12 @@ class Watchdog:
                 return
 
 
-def op_build_locks(root: str | None = None) -> list[str]:
-    """The ``lock`` files of torch's C++ extension builds (DeepSpeed's CPU ops) under ``root``
-    (``TORCH_EXTENSIONS_DIR``, else ~/.cache/torch_extensions); a killed build leaves its lock behind."""
-    root = root or os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.expanduser("~/.cache/torch_extensions")
-    found = []
-    for dirpath, _, files in os.walk(root):
-        if "lock" in files:
-            found.append(os.path.join(dirpath, "lock"))
-    return sorted(found)
-
-
 def stale_op_locks_hint(root: str | None = None) -> str | None:
-    """A line naming the op-build locks that have outlived a build (older than 10 minutes), or None."""
-    old = [p for p in op_build_locks(root) if time.time() - os.path.getmtime(p) > 600]
+    """A line naming the ``lock`` files of torch's C++ extension builds (DeepSpeed's CPU ops) under
+    ``root`` (``TORCH_EXTENSIONS_DIR``, else ~/.cache/torch_extensions) older than 10 minutes, or None."""
+    root = root or os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.expanduser("~/.cache/torch_extensions")
+    locks = sorted(os.path.join(d, "lock") for d, _, files in os.walk(root) if "lock" in files)
+    old = [p for p in locks if time.time() - os.path.getmtime(p) > 600]
     if not old:
         return None
     return (

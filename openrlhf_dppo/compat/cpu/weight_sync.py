@@ -81,15 +81,9 @@ class _EngineActorProxy:
         self.overrides: dict = {}
 
     def options(self, **options):
-        handle = self._actor_cls.options(**options)
-        overrides = self.overrides
-
-        class _Remote:
-            @staticmethod
-            def remote(*args, **kwargs):
-                return handle.remote(*args, **{**kwargs, **overrides})
-
-        return _Remote()
+        proxy = _EngineActorProxy(self._actor_cls.options(**options))
+        proxy.overrides = self.overrides
+        return proxy
 
     def remote(self, *args, **kwargs):
         return self._actor_cls.remote(*args, **{**kwargs, **self.overrides})

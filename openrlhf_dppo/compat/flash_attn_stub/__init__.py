@@ -1,9 +1,5 @@
-"""A pure-torch stand-in for the two flash-attn modules OpenRLHF 0.11.2 imports at module level
-(``flash_attn.bert_padding``, ``flash_attn.utils.distributed``), which cannot be built without CUDA.
-
-``install()`` puts the directory holding our ``flash_attn`` package at the END of ``sys.path``, and only
-when no real ``flash_attn`` can be found, so an installed flash-attn always wins. It has no attention
-kernels (``flash_attention_2`` still fails; on CPU we use sdpa).
+"""A pure-torch stand-in (no attention kernels) for the two flash-attn modules OpenRLHF 0.11.2 imports at
+module level (``flash_attn.bert_padding``, ``flash_attn.utils.distributed``).
 """
 
 from __future__ import annotations
@@ -24,10 +20,8 @@ def real_flash_attn_available() -> bool:
 
 
 def install() -> bool:
-    """Make ``import flash_attn`` resolve to the stand-in when the real package is missing.
-
-    Returns True when the stand-in is (now) what ``flash_attn`` resolves to. Idempotent.
-    """
+    """Put the stand-in at the end of ``sys.path`` and ``PYTHONPATH`` when no real flash_attn is found;
+    returns True when the stand-in is (now) what ``flash_attn`` resolves to. Idempotent."""
     if "flash_attn" in sys.modules:
         origin = getattr(sys.modules["flash_attn"], "__file__", "") or ""
         return os.path.abspath(origin).startswith(STUB_PATH + os.sep)

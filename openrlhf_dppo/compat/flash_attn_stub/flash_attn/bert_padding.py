@@ -12,10 +12,7 @@ __all__ = ["index_first_axis", "index_put_first_axis", "pad_input", "rearrange",
 
 
 def index_first_axis(x: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-    """Rows ``x[indices]`` of ``x`` (shape (n, ...)) -> (len(indices), ...), differentiable.
-
-    Plain advanced indexing already has the right gradient (a scatter-add into zeros of x's shape).
-    """
+    """Rows ``x[indices]`` of ``x`` (shape (n, ...)) -> (len(indices), ...), differentiable."""
     return x[indices]
 
 

@@ -9,11 +9,8 @@ __all__ = ["all_gather"]
 
 
 class _AllGatherFirstDim(torch.autograd.Function):
-    """Forward: concatenate every rank's (n, ...) tensor -> (world*n, ...).
-
-    Backward: each rank receives the slice of the summed upstream gradient that belongs to its input
-    (a reduce-scatter), which is the adjoint of the all-gather.
-    """
+    """Forward: concatenate every rank's (n, ...) tensor -> (world*n, ...); backward: this rank's slice of
+    the summed upstream gradient."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, group):
