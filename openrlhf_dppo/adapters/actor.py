@@ -3,8 +3,10 @@
 - ``DPPOReplayBuffer.setup_dynamic_batch``: follows the controller's plan (``adapters.dispatch``); items
   without a plan (GRPO) take the parent's path; what no micro-batch trains is counted
   (``untrained_counts``); ``--dppo.short_batch train`` makes GRPO's short batch a step (``_add_short_step``).
-- ``DPPOActorTrainer.training_step``: weights the KL-in-loss and entropy terms per sequence (the
-  module-global ``aggregate_loss`` replaced for one call) and counts what the micro-batch trains.
+- ``DPPOActorTrainer.training_step``: under dynamic batches, marks the optimizer step's last micro-batch
+  as DeepSpeed's accumulation boundary (``set_accumulation_boundary``: without it ZeRO-1/2 keeps only the
+  last micro-batch's gradient); weights the KL-in-loss and entropy terms per sequence (the module-global
+  ``aggregate_loss`` replaced for one call) and counts what the micro-batch trains.
 - ``DPPOActorTrainer.ppo_train``: adds the counts, summed over ranks, to the status as
   ``samples|tokens/trained|fillers|untrained``.
 - ``DPPOPolicyModelActor.init_model_from_pretrained``: constructs ``DPPOActorTrainer`` in place of the host's.
@@ -196,6 +198,19 @@ def weighted_aux_losses(weights: torch.Tensor):
         yield
 
 
+def set_accumulation_boundary(actor, last: bool) -> None:
+    """Tell the DeepSpeed engine behind ``actor`` (an OpenRLHF ``Actor``, its engine in ``.model``) whether
+    the coming backward is the last of its optimizer step. OpenRLHF's dynamic batches run DeepSpeed with
+    ``gradient_accumulation_steps`` 1, where every backward counts as a boundary: under ZeRO stages 1 and
+    2 each backward then replaces the gradient the previous ones left, and ``step()`` applies the last
+    micro-batch's alone. Marked, the micro-batches of a step add up (the gradient of their summed loss).
+    A model without the setter (no DeepSpeed engine) is left as it is."""
+    engine = getattr(actor, "model", actor)
+    setter = getattr(engine, "set_gradient_accumulation_boundary", None)
+    if setter is not None:
+        setter(last)
+
+
 class DPPOActorTrainer(ppo_actor.ActorPPOTrainer):
     """ActorPPOTrainer with the DPPO replay buffer and weighted KL-in-loss / entropy terms."""
 
@@ -232,6 +247,8 @@ class DPPOActorTrainer(ppo_actor.ActorPPOTrainer):
     def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
         counts = micro_batch_counts(experience)
         self._counts = counts if self._counts is None else self._counts + counts
+        if self.args.train.dynamic_batch_enable:
+            set_accumulation_boundary(self.actor, bool(self.replay_buffer.dynamic_optimizer_step[step]))
         weights = _sequence_weights(experience)
         if weights is None:
             return super().training_step(experience, kl_ctl, step, loss_batch_info)

@@ -57,7 +57,9 @@ class DPPOConfig:
         "dppo",
         "the training method: grpo: OpenRLHF's GRPO (its samples generator, experience maker and training "
         "step), with group statistics in float64, an evaluation before step 1 when evaluation is on, the run "
-        "directory, and without --train.dynamic_batch_enable a rank's partial last micro-batch refused; dppo: "
+        "directory, every micro-batch of an optimizer step applied under ZeRO-1/2 with dynamic batches (OpenRLHF's "
+        "loop applies the last one's gradient alone), and without --train.dynamic_batch_enable a rank's "
+        "partial last micro-batch refused; dppo: "
         "DPPO, prompt and completion pruning by the --dppo.* settings that follow; greso: GRESO, biased by "
         "design as published: prompts skipped before the rollout on their runs of all-equal groups, no "
         "reweighting, GRPO's training step; needs --algo.dynamic_filtering_enable; cppo: CPPO, biased by design as "
