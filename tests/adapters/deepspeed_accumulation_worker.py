@@ -10,19 +10,13 @@ backward per micro-batch as OpenRLHF's loop runs them ("host"); the same with th
 import copy
 import json
 import os
-import socket
 import sys
 
 import deepspeed
 import torch
 
 from openrlhf_dppo.adapters.actor import set_accumulation_boundary
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from openrlhf_dppo.launch.ray_cluster import free_port
 
 
 def main(stage: int) -> None:
