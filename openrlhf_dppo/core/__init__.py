@@ -1,18 +1,12 @@
-"""DPPO core: pure-torch math of Dynamic Pruning Policy Optimization (docs/METHOD.md is the specification;
-its "Departures from the paper" lists where this departs from arXiv 2603.04135).
-
-``estimator`` (advantages, weights, normalisers, reward statistics), ``history`` (the prompt history and
-the prune rate), ``keep_probs`` and ``sampling`` (the two pruning levels), ``packing`` (Dense Prompt
-Packing), ``config`` (``DPPOConfig``). Every function takes plain arguments; metrics are detached floats
-under keys named in ``openrlhf_dppo.metric_keys``. Imports torch and numpy only: never the adapters or
-the host (OpenRLHF, Ray, DeepSpeed, vLLM).
+"""DPPO core: pure-torch math of Dynamic Pruning Policy Optimization (docs/METHOD.md is the specification).
+Plain arguments in; metrics are detached floats under keys of ``openrlhf_dppo.metric_keys``. Imports
+torch and numpy only, never the adapters or the host.
 """
 
 from openrlhf_dppo.core.config import METHODS, DPPOConfig
 from openrlhf_dppo.core.estimator import (
     BATCH_WHITENED,
     ESTIMATORS,
-    combine_weights,
     fold_weights,
     full_batch_normalizer,
     group_advantages,
@@ -69,7 +63,6 @@ __all__ = [
     "PromptRateControl",
     "PromptSignals",
     "Registry",
-    "combine_weights",
     "completion_keep_probs",
     "fitting_bins",
     "fixed_size_probs",

@@ -1,10 +1,6 @@
-"""``DPPOConfig``: the one frozen configuration of the method, built once at the boundary (the CLI's
-``--dppo.*`` flags) and passed on as plain values; core functions never take it.
-
-Each field's help text and choices are written once, in the field's metadata (``option(...)``); the CLI's
-``--dppo.*`` group, its ``--help`` and the flag table of docs/FLAGS.md are generated from them
-(``openrlhf_dppo.cli.flags``). Every rejection raises ``DPPOConfigError``, which carries the field, the
-value and what is expected.
+"""``DPPOConfig``: the one frozen configuration of the method, built once from the CLI's ``--dppo.*`` flags
+(generated from each field's ``option(...)`` metadata, ``openrlhf_dppo.cli.flags``); core functions
+never take it. Every rejection raises ``DPPOConfigError`` (field, value, what is expected).
 """
 
 from __future__ import annotations
@@ -16,15 +12,12 @@ from openrlhf_dppo.core.history import RATE_CONTROLS, ZERO_SHARE_CAP
 from openrlhf_dppo.core.keep_probs import PROMPT_POLICIES
 
 SHORT_BATCH_RULES = ("drop", "train")
-#: the values of --dppo.method: grpo (OpenRLHF's GRPO, observed), dppo (this method), the biased peers greso
-#: and cppo (docs/METHOD.md, "The peers: CPPO and GRESO"); each code path that
-#: differs by method tests ``method == "<name>"``, so a method is added by its name here and its branches
+#: the values of --dppo.method (each branch tests ``method == "<name>"``)
 METHODS = ("grpo", "dppo", "greso", "cppo")
 
 
 class DPPOConfigError(ValueError):
-    """A field value the method cannot run with. ``field`` is the field's name (the flag is
-    ``--dppo.<field>``), ``value`` what was given, ``reason`` what is expected and why."""
+    """``field`` (the flag is ``--dppo.<field>``), ``value`` given, ``reason`` what is expected."""
 
     def __init__(self, field: str, value, reason: str) -> None:
         self.field, self.value, self.reason = field, value, reason
@@ -32,11 +25,8 @@ class DPPOConfigError(ValueError):
 
 
 def option(default, help: str, choices=None, default_text: str | None = None):
-    """A dataclass field that is also a ``--dppo.<name>`` flag.
-
-    help: the one description of the field (``--help``, docs/FLAGS.md).  choices: a ``Registry`` or a
-    tuple of valid names, or None.  default_text: how the default is shown when it is not a plain value.
-    """
+    """A dataclass field that is also a ``--dppo.<name>`` flag. choices: a ``Registry``, a tuple of
+    names or None; default_text: how the default is shown when it is not a plain value."""
     return dataclasses.field(
         default=default, metadata={"help": help, "choices": choices, "default_text": default_text}
     )
@@ -50,8 +40,8 @@ def field_choices(field: dataclasses.Field) -> list[str] | None:
 
 @dataclass(frozen=True)
 class DPPOConfig:
-    """DPPO settings (docs/METHOD.md). Rates are pruning rates: the keep fraction is 1 - rate. The meaning
-    of each field is its ``help`` metadata (``python scripts/flags_table.py`` prints them)."""
+    """DPPO settings (docs/METHOD.md); each field's meaning is its ``help`` metadata. Rates are pruning
+    rates: the keep fraction is 1 - rate."""
 
     method: str = option(
         "dppo",
@@ -196,9 +186,8 @@ class DPPOConfig:
 
     @classmethod
     def from_namespace(cls, ns) -> DPPOConfig:
-        """Build from an argparse-like namespace (or a dict). If ``ns`` has a ``dppo`` attribute (the
-        nested OpenRLHF-style args), that is used. Keys that are not fields are ignored; missing
-        fields take their defaults. An old run's ``enable`` (true/false, no ``method``) is dppo/grpo."""
+        """From an argparse-like namespace, its ``dppo`` attribute, or a dict; other keys are ignored,
+        missing fields take their defaults; an old run's ``enable`` (no ``method``) is dppo/grpo."""
         if not isinstance(ns, dict) and hasattr(ns, "dppo"):
             ns = ns.dppo
         values = dict(ns if isinstance(ns, dict) else vars(ns))

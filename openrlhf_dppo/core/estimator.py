@@ -1,15 +1,6 @@
-"""The estimator's terms (docs/METHOD.md, "Notation", "The estimator" and "When it is unbiased"): group
-advantages on the full group, the importance weights, the full-batch normalisers, the step's reward statistics.
-
-- ``group_advantages(rewards (n_groups, G), estimator)``: OpenRLHF 0.11.2's ``group_norm``, ``dr_grpo``,
-  ``rloo`` and ``reinforce_baseline`` formulas, statistics in float64 (a group of equal rewards gets 0
-  exactly), returned in the input's dtype (at least float32); a group of one gets 0. Computed BEFORE
-  completion pruning. ``token_whitening``: REINFORCE++-baseline's batch statistics under pruning.
-- weights 1 / q (prompt) and 1 / p (completion), folded into A (``fold_weights``); the KL / entropy terms
-  are weighted separately (``weighted_aggregate``).
-- ``full_batch_normalizer``: the FULL batch's Z (seq-mean: B G with B the prompts DRAWN; token-mean: the
-  Horvitz-Thompson token count). Never divide by the kept count (biased).
-Every metric is a detached Python float under a key named in ``openrlhf_dppo.metric_keys``.
+"""The estimator's terms (docs/METHOD.md, "The estimator" and "When it is unbiased"): group advantages on
+the full group (float64 statistics, returned in the input's dtype, at least float32), the importance
+weights, the FULL batch's normalisers (never the kept count: biased), the step's reward statistics.
 """
 
 from __future__ import annotations
@@ -103,22 +94,9 @@ def inverse_prob_weights(p: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, 1.0 / torch.where(mask, p, 1.0), 0.0)
 
 
-def combine_weights(prompt_weights: torch.Tensor, completion_weights: torch.Tensor) -> torch.Tensor:
-    """Item weight w_j * v_ji. prompt_weights: (B,); completion_weights: (B, G) -> (B, G)."""
-    if completion_weights.dim() != 2 or completion_weights.shape[0] != prompt_weights.shape[0]:
-        raise ValueError(
-            f"expected prompt_weights (B,) and completion_weights (B, G), got "
-            f"{tuple(prompt_weights.shape)} and {tuple(completion_weights.shape)}"
-        )
-    return prompt_weights.to(torch.float64)[:, None] * completion_weights.to(torch.float64)
-
-
 def weight_metrics(weights: torch.Tensor) -> dict:
-    """Mean, max and effective sample size (sum w)^2 / sum w^2 of the weights of the KEPT items.
-
-    weights: (n_kept,) positive (pass ``w[mask]``). ESS is an item count (n_kept when all weights are
-    equal); ``dppo/weight_ess_frac`` is ESS / n_kept.
-    """
+    """Mean, max, ESS = (sum w)^2 / sum w^2 (an item count) and ESS / n_kept of the KEPT items'
+    weights (n_kept,) (pass ``w[mask]``)."""
     w = weights.detach().to(torch.float64).reshape(-1)
     if w.numel() == 0:
         return {WEIGHT_MEAN: 0.0, WEIGHT_MAX: 0.0, WEIGHT_ESS: 0.0, WEIGHT_ESS_FRAC: 0.0}
@@ -148,16 +126,13 @@ def weighted_aggregate(
     token_level: bool = True,
     dp_size: int = 1,
 ) -> torch.Tensor:
-    """Weighted reduction of a per-token term without A (KL-in-loss, entropy), same modes as
-    OpenRLHF's ``aggregate_loss`` but divided by the full-batch normaliser:
+    """Weighted reduction of a per-token term without A (KL-in-loss, entropy) by the full-batch normaliser:
 
         token_level:  sum_i w_i * sum_t loss_it * mask_it / normalizer * dp_size
         sequence:     sum_i w_i * (sum_t loss_it * mask_it / n_i) / normalizer * dp_size
 
-    loss, loss_mask: (N, T); weights: (N,); normalizer: the global Z (``full_batch_normalizer``);
-    dp_size compensates DeepSpeed's averaging of gradients over ranks (as in OpenRLHF).
-    returns: a scalar tensor (differentiable in ``loss``).
-    """
+    loss, loss_mask: (N, T); weights: (N,); dp_size undoes DeepSpeed's averaging over ranks.
+    returns: a scalar tensor (differentiable in ``loss``)."""
     m = loss_mask.to(loss.dtype)
     w = weights.to(loss.dtype)
     if token_level:

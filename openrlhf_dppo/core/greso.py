@@ -1,11 +1,5 @@
-"""GRESO's pre-rollout skip (Zheng et al. 2025, "Act Only When It Pays"), the biased peer of
-``--dppo.method greso``; the rule and its constants are docs/METHOD.md's ("The peers: CPPO and GRESO").
-
-Per prompt (dataset index): the trailing runs z_easy / z_hard of its rolled-out groups whose G raw rewards
-were all equal (exactly, in float64) with mean >= ``EASY_MIN`` / <= ``HARD_MAX`` (``GresoStreaks``); its
-keep probability max(p ** z, ``KEEP_FLOOR``), easy first, 1 without a run (``greso_keep_probs``); p_easy,
-p_hard moved ``P_STEP`` a step toward their targets within [P_LOW, P_HIGH] (``GresoController``).
-Kept prompts train at weight 1 (no 1 / keep): biased by design, as published. Pure torch.
+"""GRESO's pre-rollout skip (Zheng et al. 2025), the biased peer of ``--dppo.method greso``; the rule and
+its constants are docs/METHOD.md's ("The peers: CPPO and GRESO"). Kept prompts train at weight 1.
 """
 
 from __future__ import annotations

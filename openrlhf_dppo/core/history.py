@@ -1,13 +1,6 @@
-"""The prompt level's state across steps (docs/METHOD.md, "The prompt history" and "The prune rate"):
-the per-prompt history the draw scores prompts from (``PromptHistory``), and the prune rate of each draw
-(``PromptRateControl``).
-
-``PromptHistory`` keeps, per dataset index (arrays grown on demand), the rollout count, last step, and the
-discounted reward sum, reward count and within-group variance (decayed per rollout of the prompt). The
-score: 1 - p_hat^G - (1 - p_hat)^G for binary rewards, else the reward std; ``score`` says +inf for a prompt
-never seen, ``signals`` gives it the mean seen score. ``state_dict``/``load_state_dict`` for checkpoints.
-``PromptRateControl``: ``fixed`` or ``zero-share`` (the smoothed all-equal share, capped at
-``ZERO_SHARE_CAP``); a draw's rate depends on earlier steps only, so q is fixed before the rollout.
+"""The prompt level's state across steps (docs/METHOD.md, "The prompt history" and "The prune rate"): the
+per-prompt history the draw scores prompts from (``PromptHistory``) and the prune rate of each draw
+(``PromptRateControl``), which depends on earlier steps only.
 """
 
 from __future__ import annotations
@@ -30,11 +23,8 @@ _RATE_STATE_VERSION = 1
 
 
 class PromptSignals(NamedTuple):
-    """What the prompt draw knows of each drawn prompt before its rollout; each field (B,).
-
-    score:  float64, finite >= 0: the history's score s, the mean seen score for an unseen prompt
-    unseen: bool, never rolled out (reported as ``dppo/prompt_unseen_frac``)
-    """
+    """Each field (B,). score: float64, finite >= 0 (the mean seen score for an unseen prompt);
+    unseen: bool, never rolled out."""
 
     score: torch.Tensor
     unseen: torch.Tensor
@@ -87,11 +77,8 @@ class PromptHistory:
 
     # -- update -----------------------------------------------------------------------------------
     def update(self, idx, rewards: torch.Tensor, step: int) -> None:
-        """Record one rollout per row.
-
-        idx: (n,) dataset indices; rewards: (n, G) the group's rewards; step: the training step.
-        A repeated index is applied in order of appearance (as n separate rollouts).
-        """
+        """One rollout per row: idx (n,) dataset indices, rewards (n, G), step: the training step. A
+        repeated index is applied in order of appearance."""
         i = self._index(idx)
         r = torch.as_tensor(rewards).detach().cpu().to(torch.float64).numpy()
         if r.ndim != 2 or r.shape[0] != i.size:
@@ -133,10 +120,8 @@ class PromptHistory:
         return torch.from_numpy((succ + PRIOR) / (n + 2.0 * PRIOR))
 
     def score(self, idx, group_size: int | None = None) -> torch.Tensor:
-        """Learning-signal score (B,) float64 for the given dataset indices; +inf where never seen.
-
-        group_size: G of the next rollout (default: G of the last update).
-        """
+        """Learning-signal score (B,) float64; +inf where never seen. group_size: G of the next rollout
+        (default: G of the last update)."""
         i = self._index(idx)
         G = int(group_size or self.group_size or 1)
         seen = self._gather(i, "count") > 0
@@ -148,16 +133,14 @@ class PromptHistory:
         return torch.from_numpy(np.where(seen, s, np.inf))
 
     def mean_seen_score(self, group_size: int | None = None) -> float:
-        """The mean ``score`` over every prompt rolled out so far (1.0 before any): the score an unseen
-        prompt takes in ``signals``."""
+        """The mean ``score`` over every prompt rolled out so far (1.0 before any)."""
         seen = np.flatnonzero(self._a["count"] > 0)
         if seen.size == 0:
             return 1.0
         return float(self.score(seen, group_size).mean())
 
     def signals(self, idx, group_size: int | None = None) -> PromptSignals:
-        """What the prompt draw reads for the given prompts: their scores, an unseen prompt's being the mean
-        seen score. Depends on the history only, so a draw made from it is fixed before the step's rollout."""
+        """The scores the draw reads, an unseen prompt's the mean seen score. Depends on the history only."""
         score = self.score(self._index(idx), group_size)
         new = torch.isinf(score)
         return PromptSignals(torch.where(new, self.mean_seen_score(group_size), score), new)
@@ -177,8 +160,7 @@ class PromptHistory:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Loads this version's state and the earlier ones (versions 1-3: their per-prompt costs are not
-        used). Refuses a state made with another decay, prior or reward kind than this version's constants."""
+        """Loads versions 1-4; refuses a state made with another decay, prior or reward kind."""
         if state.get("version") not in (1, 2, 3, _STATE_VERSION):
             raise ValueError(f"unsupported PromptHistory state version {state.get('version')!r}")
         made = (state.get("decay", DECAY), state.get("prior", PRIOR), state.get("reward_kind", "auto"))
@@ -228,8 +210,7 @@ class PromptRateControl:
         return min(self.share, self.cap)  # observe keeps it >= 0
 
     def observe(self, equal_share_ht: float) -> None:
-        """Record a step's all-equal share (``rollout/equal_reward_frac_ht``; it may exceed 1 on a step:
-        an estimate, taken as it is, as clipping it would bias the average)."""
+        """Record a step's ``rollout/equal_reward_frac_ht`` (unclipped: it may exceed 1)."""
         if self.mode == "fixed":
             return
         u = float(equal_share_ht)

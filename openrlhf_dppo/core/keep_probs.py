@@ -1,13 +1,7 @@
 """Keep probabilities for the two pruning levels (docs/METHOD.md, "Prompt keep probabilities" and
-"Completion pruning").
-
-Both spend a budget K = keep_frac * N through one exact solve, ``solve_clipped_scale``: c with
-sum_i clip(c * s_i, lo_i, 1) = K, from the sorted breakpoints. ``prompt_keep_probs``: a policy of
-``PROMPT_POLICIES`` (``proportional``, ``uniform``) over the history's scores. ``completion_keep_probs``:
-the paper's uniform-low rule (``allow_zero``: p = 0 for A == 0 exactly). An infeasible budget is reported,
-never silent (``dppo/{level}_keep_frac_expected``, ``dppo/{level}_keep_infeasible``); every probability is
-> 0 where the gradient may be non-zero. Inputs (N,) or (R, N) (rows independent, metrics averaged); an
-optional ``valid`` mask removes items from a row (p = 0, not counted in N).
+"Completion pruning"), each budget K = keep_frac * N spent by one exact solve (``solve_clipped_scale``).
+An infeasible budget is reported in the metrics; every probability is > 0 where the gradient may be
+non-zero. Inputs (N,) or (R, N) (rows independent); ``valid`` removes items (p = 0, not counted in N).
 """
 
 from __future__ import annotations
@@ -56,17 +50,11 @@ class Registry:
         """Every registered name, in registration order."""
         return list(self._items)
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._items
-
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def __len__(self) -> int:
         return len(self._items)
-
-    def __repr__(self) -> str:
-        return f"Registry({self.kind!r}, {self.names()})"
 
 
 _TOL = 1e-9
@@ -77,9 +65,8 @@ def solve_clipped_scale(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Row-wise exact solve of  sum_i clip(c * s_i, lo_i, 1) = budget.
 
-    s: (R, N) float, s >= 0;  lo: (R, N) float in [0, 1];  budget: (R,) float.
-    Items with s = 0 sit at lo_i; only when the budget exceeds what the scored items can carry (all
-    at 1) do the items with s = 0 and lo_i > 0 rise together (a second solve with score 1 each).
+    s: (R, N) float, s >= 0;  lo: (R, N) float in [0, 1];  budget: (R,) float. Items with s = 0 sit at
+    lo_i unless the scored items all at 1 cannot carry the budget (then those with lo_i > 0 rise together).
     returns: p (R, N) float64 with rows summing to budget (up to rounding), and status (R,) int64:
       0 target met; 1 budget below sum(lo) (p = lo, more kept than asked);
       2 budget above the maximum (every item with s > 0 or lo > 0 at 1; fewer kept than asked).
@@ -122,8 +109,7 @@ def solve_clipped_scale(
     status = torch.zeros(R, dtype=torch.int64)
     status[below] = 1
     status[above] = 2
-    # second tier: a budget above what the scored items carry (all at 1) goes to the items that have
-    # a floor but no score (a score-0 prompt): they rise together
+    # second tier: the rest of the budget to the items with a floor but no score
     floor_only = ~pos & (lo > 0)
     spill = above & floor_only.any(dim=1)
     if spill.any():
@@ -159,10 +145,8 @@ def uniform(score: torch.Tensor, valid: torch.Tensor, q_min: float, keep_frac: f
 def uniform_low(
     absA: torch.Tensor, zero: torch.Tensor, valid: torch.Tensor, p_min: float, budget: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The completion rule (docs/METHOD.md, "Completion pruning").
-    absA, zero, valid: (R, N); budget: (R,) expected kept count.
-    As a clipped scale: the low set has score 1 and the rest score 1 / p_min, so the rest stay at p = 1
-    until the low set has reached its floor. -> (p (R, N) float64, status (R,) int64)."""
+    """The completion rule (docs/METHOD.md, "Completion pruning") as a clipped scale: the low set scores
+    1, the rest 1 / p_min. absA, zero, valid: (R, N); budget: (R,) -> (p (R, N) float64, status (R,))."""
     n = valid.sum(dim=1, keepdim=True).clamp_min(1)
     mean_abs = torch.where(valid, absA, 0.0).sum(dim=1, keepdim=True) / n
     one = torch.ones_like(absA, dtype=torch.float64)

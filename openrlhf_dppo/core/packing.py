@@ -1,12 +1,6 @@
-"""Dense Prompt Packing (docs/METHOD.md, "Dense Prompt Packing"): pack kept sequences into micro-batches of
-at most ``capacity`` tokens and spread them over data-parallel ranks.
-
-``pack(lengths, capacity, dp_size) -> (PackPlan, metrics)``: ``window_best_fit`` (the paper's window-based
-greedy, at most ``WINDOW`` open bins, with a best-fit fill of each bin that leaves the window), then
-``distribute``: every rank gets exactly k = ceil(M / dp_size) micro-batches (heaviest bins split, empty
-ones only when too few sequences exist; LPT with a cardinality limit). A sequence longer than ``capacity``
-is a micro-batch of its own (``fitting_bins``), as OpenRLHF's dynamic batch trains it. Metrics:
-``dppo/pack_density``, ``dppo/pack_micro_batches``, ``dppo/pack_lower_bound``, ``dppo/pack_rank_imbalance``.
+"""Dense Prompt Packing (docs/METHOD.md, "Dense Prompt Packing"): micro-batches of at most ``capacity``
+tokens (the window packer), the same count on every data-parallel rank (``distribute``). A sequence
+longer than ``capacity`` is a micro-batch of its own, as OpenRLHF's dynamic batch trains it.
 """
 
 from __future__ import annotations
@@ -43,10 +37,6 @@ class PackPlan:
     def micro_batches_per_rank(self) -> int:
         return len(self.rank_micro_batches[0]) if self.rank_micro_batches else 0
 
-    def micro_batch_loads(self, lengths) -> list[list[int]]:
-        lens = _lengths(lengths).tolist()
-        return [[sum(lens[i] for i in mb) for mb in rank] for rank in self.rank_micro_batches]
-
 
 def _lengths(lengths) -> np.ndarray:
     if isinstance(lengths, torch.Tensor):
@@ -64,7 +54,7 @@ def window_best_fit(
     lengths: np.ndarray, capacity: int, window: int = WINDOW, fill_on_close: bool = True
 ) -> tuple[list[list[int]], list[int]]:
     """lengths (n,) int64, each in [1, capacity] -> (bins as lists of indices, token load per bin).
-    ``fill_on_close=False`` is the paper's plain window (no fill step), kept for the benchmark."""
+    ``fill_on_close=False``: the paper's plain window (the benchmark's baseline)."""
     n = lengths.size
     if n == 0:
         return [], []
@@ -101,8 +91,7 @@ def window_best_fit(
     tail = nb - 1  # the last non-empty bucket = the shortest unplaced length
 
     def close(b: int, room: int) -> None:
-        # beyond the paper: before a bin leaves the window, fill its room best-fit from the unplaced
-        # sequences (the longest that still fits, repeatedly)
+        # beyond the paper: fill the room best-fit from the unplaced sequences before the bin leaves
         nonlocal tail
         while fill_on_close and tail >= 0 and vals[tail] <= room:
             k = next_free(bisect_left(neg, -room))
@@ -213,8 +202,7 @@ def pack(lengths, capacity: int, dp_size: int = 1) -> tuple[PackPlan, dict]:
 
     lengths: (n,) ints (list, numpy or torch), the full length (prompt + response) of each sequence.
     capacity: tokens per micro-batch (per GPU).  dp_size: data-parallel ranks.
-    returns: (PackPlan, metrics). A sequence longer than ``capacity`` is a micro-batch of its own (module
-    docstring). Raises ValueError for a length < 1, capacity < 1 or dp_size < 1.
+    returns: (PackPlan, metrics). Raises ValueError for a length < 1, capacity < 1 or dp_size < 1.
     """
     if capacity < 1 or dp_size < 1:
         raise ValueError(f"capacity and dp_size must be >= 1 (got {capacity}, {dp_size})")
@@ -250,20 +238,5 @@ def pack_metrics(lengths: np.ndarray, plan: PackPlan, dp_size: int, empty: int =
 
 def micro_batch_capacity(max_tokens_per_gpu: int, ring_attn_size: int, tensor_parallel_size: int) -> int:
     """Tokens one packed training micro-batch holds: the per-GPU budget times the GPUs that share a
-    sequence (a ring-attention group splits it along its length, a DeepSpeed tensor-parallel group
-    computes it together). The capacity DPPO's packer packs under (``adapters.experience_maker``,
-    ``adapters.dispatch``) and
-    OpenRLHF's dynamic batch (``get_minimum_num_micro_batch_size``) counts with."""
+    sequence (ring attention, tensor parallel), as OpenRLHF's dynamic batch counts."""
     return max_tokens_per_gpu * ring_attn_size * tensor_parallel_size
-
-
-__all__ = [
-    "WINDOW",
-    "PackPlan",
-    "distribute",
-    "fitting_bins",
-    "micro_batch_capacity",
-    "window_best_fit",
-    "pack",
-    "pack_metrics",
-]

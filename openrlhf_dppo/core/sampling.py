@@ -1,12 +1,6 @@
-"""The draws (docs/METHOD.md, "Systematic sampling"): a keep mask with given inclusion probabilities, and
-one call per pruning level for the adapters.
-
-- ``prune_prompts`` (before rollout) and ``prune_completions`` (after reward) compose ``keep_probs``, the
-  draw and ``estimator``'s weights -> (``Draw(mask, prob, weight)``, metrics); a prompt draw is never empty.
-- ``sample_mask(p, generator, multiple_of=1)``: systematic sampling in a fresh random order, after
-  ``fixed_size_probs`` moves sum(p) to the nearest reachable multiple of ``multiple_of`` (items at p = 1
-  held). It returns the probabilities it used: the weights MUST be 1 / p_used.
-- All randomness comes from the ``torch.Generator`` passed in (``step_generator(seed, step, stream)``).
+"""The draws (docs/METHOD.md, "Systematic sampling"): a keep mask with given inclusion probabilities
+(``sample_mask``; weights MUST be 1 / p_used), and one call per pruning level for the adapters. All
+randomness comes from the ``torch.Generator`` passed in.
 """
 
 from __future__ import annotations
@@ -29,9 +23,8 @@ _EPS = 1e-9
 
 
 def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
-    """A CPU generator seeded from (seed, step, stream) through numpy's SeedSequence, so that the
-    prompt level (stream 0) and the completion level (stream 1) of every step draw independent,
-    reproducible numbers, and a resumed run repeats the draws of the run it resumes."""
+    """A CPU generator seeded from (seed, step, stream) through numpy's SeedSequence: independent,
+    reproducible streams per level (0 prompts, 1 completions) and step; a resume repeats them."""
     state = np.random.SeedSequence([int(seed), int(step), int(stream)]).generate_state(2, dtype=np.uint32)
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
@@ -74,7 +67,6 @@ FIXED_SIZE_HELD, FIXED_SIZE_FALLBACK, FIXED_SIZE_NOT_MULTIPLE = 0, 1, 2
 
 def fixed_size_probs(p: torch.Tensor, multiple_of: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Rescale inclusion probabilities so that each row sums to a multiple of ``multiple_of``.
-
     p: (N,) or (R, N) in [0, 1].  returns: (p_used like p, float64; status (R,) int64):
       0 (``FIXED_SIZE_HELD``) a multiple reached with the p = 1 items held at 1;
       1 (``FIXED_SIZE_FALLBACK``) reachable only by scaling the p = 1 items down too;
@@ -118,13 +110,9 @@ def fixed_size_probs(p: torch.Tensor, multiple_of: int = 1) -> tuple[torch.Tenso
 def sample_mask(
     p: torch.Tensor, generator: torch.Generator, multiple_of: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw a keep mask by systematic sampling.
-
-    p: (N,) or (R, N) inclusion probabilities in [0, 1] (rows independent).
-    generator: the only source of randomness.  multiple_of: the kept count is made a multiple of it
-      (1: an integer; ``fixed_size_probs``).
-    returns: (mask bool like p, p_used float64 like p) -- weight kept items by 1 / p_used.
-    """
+    """Systematic sampling of p: (N,) or (R, N) in [0, 1] (rows independent), the kept count made a
+    multiple of ``multiple_of`` (``fixed_size_probs``). returns: (mask bool, p_used float64), like p:
+    weight kept items by 1 / p_used."""
     if p.dim() not in (1, 2):
         raise ValueError(f"p must have shape (N,) or (R, N), got {tuple(p.shape)}")
     P = p.to(torch.float64)
@@ -135,11 +123,9 @@ def sample_mask(
     return mask.reshape(p.shape), P
 
 
-# ---- one call per pruning level: keep probabilities -> draw -> weights -> metrics -------------------
 class Draw(NamedTuple):
-    """mask: (N,) bool kept; prob: (N,) float64 the inclusion probabilities used (after any
-    fixed-size rescale); weight: (N,) float64, 1 / prob on kept items (times the prompt weight for
-    completions when given), 0 elsewhere."""
+    """mask: (N,) bool; prob: (N,) float64 used (after any rescale); weight: (N,) float64, 1 / prob
+    on kept items (times the prompt weight where given), 0 elsewhere."""
 
     mask: torch.Tensor
     prob: torch.Tensor
@@ -154,11 +140,8 @@ def prune_prompts(
     policy: str = "proportional",
     unseen: torch.Tensor | None = None,
 ) -> tuple[Draw, dict]:
-    """scores: (B,) the drawn prompts' scores (``PromptHistory.signals``); policy: a name in
-    ``PROMPT_POLICIES``; unseen: optional (B,) bool, the prompts never rolled out (a metric only).
-    returns (Draw over the B drawn prompts, metrics with ``dppo/prompt_keep_frac`` realised and
-    ``dppo/prompt_keep_frac_expected`` after the rescale to a whole kept count). The draw never keeps
-    nothing ("Never empty" above)."""
+    """scores: (B,) (``PromptHistory.signals``); policy: a name in ``PROMPT_POLICIES``; unseen:
+    optional (B,) bool (a metric only). returns (Draw over the B prompts, metrics); never empty."""
     q, m = prompt_keep_probs(scores, keep_frac, q_min, policy, unseen=unseen)
     mask, q_used = sample_mask(q, generator)
     m[PROMPT_KEEP_FRAC_EXPECTED] = float(q_used.sum() / max(q_used.numel(), 1))
@@ -174,14 +157,10 @@ def prune_completions(
     multiple_of: int = 1,
     prompt_weight: torch.Tensor | None = None,
 ) -> tuple[Draw, dict]:
-    """adv: (N,) one full-group advantage per rolled-out completion; prompt_weight: optional (N,) the
-    weight 1 / q_j of each completion's prompt, folded into ``Draw.weight`` and the weight metrics.
-    returns (Draw over the N completions, metrics with ``dppo/completion_keep_frac`` realised,
-    ``dppo/completion_fixed_size_fallback|not_multiple``, and
-    ``dppo/weight_mean|max|ess`` over the kept items' final weights)."""
+    """adv: (N,) full-group advantages; prompt_weight: optional (N,) 1 / q_j of each completion's
+    prompt, folded into ``Draw.weight``. returns (Draw over the N completions, metrics)."""
     p, m = completion_keep_probs(adv, keep_frac, p_min, allow_zero)
-    # the rescale to a multiple of the data-parallel size, reported; sample_mask leaves its result unchanged
-    p, status = fixed_size_probs(p, multiple_of)
+    p, status = fixed_size_probs(p, multiple_of)  # sample_mask's own rescale leaves it unchanged
     m[COMPLETION_FIXED_SIZE_FALLBACK] = float((status == FIXED_SIZE_FALLBACK).double().mean())
     m[COMPLETION_FIXED_SIZE_NOT_MULTIPLE] = float((status == FIXED_SIZE_NOT_MULTIPLE).double().mean())
     mask, p_used = sample_mask(p, generator)

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from openrlhf_dppo.core import (
-    combine_weights,
     fold_weights,
     full_batch_normalizer,
     group_advantages,
@@ -162,9 +161,7 @@ def test_weight_metrics_hand():
     assert weight_metrics(torch.zeros(0))["dppo/weight_ess"] == 0.0
 
 
-def test_combine_and_fold():
-    w = combine_weights(torch.tensor([2.0, 1.0]), torch.tensor([[1.0, 4.0], [0.0, 3.0]]))
-    assert torch.equal(w, torch.tensor([[2.0, 8.0], [0.0, 3.0]], dtype=torch.float64))
+def test_fold():
     adv = torch.tensor([[1.0, 1.0, 0.0], [-2.0, -2.0, 0.0]])  # (N, T) per-token advantages
     assert torch.equal(
         fold_weights(adv, torch.tensor([3.0, 0.5])), torch.tensor([[3.0, 3.0, 0], [-1.0, -1.0, 0]])
