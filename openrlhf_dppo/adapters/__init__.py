@@ -1,14 +1,6 @@
-"""Thin subclasses that plug ``openrlhf_dppo.core`` into OpenRLHF 0.11.2's Ray PPO pipeline.
-
-One overridden seam per module: ``samples_generator`` (the prompt draw), ``trainer`` (the trainer actor),
-``experience_maker`` (completion pruning, weights, the plan), ``dispatch`` (kept items -> per-rank packed
-micro-batches), ``actor`` (the DeepSpeed ranks follow the plan and count), ``async_trainer``
-(``--train.async_enable``), ``step`` (what they share). One step in order: docs/DESIGN.md, "One training step".
-
-Importing any of them changes nothing (the layer test checks it). ``install(cfg, run)`` is the one place
-that patches the host, called by ``cli.train_dppo_ray`` right before OpenRLHF's ``train(args)``; the host
-names it replaces, and the one piece of state an adapter keeps between host calls, are tabled in
-docs/DESIGN.md, "Host names replaced".
+"""Thin subclasses that plug ``openrlhf_dppo.core`` into OpenRLHF 0.11.2's Ray PPO pipeline, one seam per
+module (docs/DESIGN.md, "One training step"). Importing them changes nothing; ``install(cfg, run)`` is the
+one place that patches the host (docs/DESIGN.md, "Host names replaced").
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""Actor side (the DeepSpeed ranks, Ray workers): replay buffer, actor trainer, policy actor, both arms.
-
-- ``DPPOReplayBuffer.setup_dynamic_batch``: follows the controller's plan (``adapters.dispatch``); items
-  without a plan (GRPO) take the parent's path; what no micro-batch trains is counted
-  (``untrained_counts``); ``--dppo.short_batch train`` makes GRPO's short batch a step (``_add_short_step``).
-- ``DPPOActorTrainer.training_step``: under dynamic batches, marks the optimizer step's last micro-batch
-  as DeepSpeed's accumulation boundary (``set_accumulation_boundary``: without it ZeRO-1/2 keeps only the
-  last micro-batch's gradient); weights the KL-in-loss and entropy terms per sequence (the module-global
-  ``aggregate_loss`` replaced for one call) and counts what the micro-batch trains.
-- ``DPPOActorTrainer.ppo_train``: adds the counts, summed over ranks, to the status as
-  ``samples|tokens/trained|fillers|untrained``.
-- ``DPPOPolicyModelActor.init_model_from_pretrained``: constructs ``DPPOActorTrainer`` in place of the host's.
+"""Actor side (the DeepSpeed ranks, Ray workers), both arms: the replay buffer follows the controller's
+plan (``adapters.dispatch``; GRPO items take the parent's path) and counts what no micro-batch trains;
+the actor trainer marks each optimizer step's last micro-batch as DeepSpeed's accumulation boundary,
+weights the KL-in-loss and entropy terms per sequence and adds the ``samples|tokens/trained|fillers|untrained``
+counts, summed over ranks, to the status.
 """
 
 from __future__ import annotations
@@ -49,10 +42,10 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
 
     def setup_dynamic_batch(self, strategy):
         plan = read_plan(self.items)
-        if plan is None:  # GRPO: OpenRLHF's whole train batches (and, under --dppo.short_batch train, ...)
+        if plan is None:  # GRPO
             train_short = pop_short_batch_rule(self.items)
             super().setup_dynamic_batch(strategy)
-            if train_short and not self.dynamic_indices:  # ... a batch smaller than one of them as a step)
+            if train_short and not self.dynamic_indices:
                 self._add_short_step(strategy)
             return
         self._check_equal_counts(strategy, len(plan.indices))
@@ -64,9 +57,8 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
         self.sample_batch_size = 1
 
     def untrained_counts(self) -> list[int]:
-        """[sequences, action tokens] this rank holds that no micro-batch trains (a zero-weight filler is
-        not counted: the experience maker counted it as pruned). 0 without dynamic batching, where a
-        partial micro-batch is refused before training (``DPPOActorTrainer._check_whole_micro_batches``)."""
+        """[sequences, action tokens] this rank holds that no micro-batch trains, zero-weight fillers not
+        counted; [0, 0] without dynamic batching (a partial micro-batch is refused there)."""
         if not self.dynamic_batch:
             return [0, 0]
         trained = {i for mb in self.dynamic_indices for i in mb}
@@ -79,13 +71,9 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
         return [len(rest), sum(int(it.action_mask.sum()) for it in rest)]
 
     def _add_short_step(self, strategy) -> None:
-        """``--dppo.short_batch train``, GRPO: a rollout batch smaller than one train batch (an epoch's
-        short last batch), for which OpenRLHF's dynamic batching makes no optimizer step, becomes one step,
-        split as the host splits a step (its first-fit micro-batch count under the token budget, the
-        largest over the ranks, and its balanced partitions) and normalised as the host normalises one
-        (the step's sequences and action tokens over all ranks). When some rank holds fewer rollouts than
-        the micro-batches every rank must run, the batch stays untrained (counted as untrained, with a
-        warning): a collective backward needs every rank."""
+        """``--dppo.short_batch train``, GRPO: a batch smaller than one train batch becomes one optimizer
+        step, split and normalised as the host does a step. Left untrained, with a warning, when some rank
+        holds fewer rollouts than the micro-batches every rank must run (a collective backward)."""
         from openrlhf.utils.seqlen_balancing import (
             get_minimum_num_micro_batch_size,
             get_seqlen_balanced_partitions,
@@ -117,7 +105,7 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
 
     @staticmethod
     def _check_equal_counts(strategy, count: int) -> None:
-        """Every rank must run the same number of micro-batches (collective backward); fail loudly."""
+        """Raises unless every rank runs ``count`` micro-batches (a collective backward)."""
         most, fewest = _reduce_max(strategy, [count, -count])
         if most != count or -fewest != count:
             raise RuntimeError(
@@ -128,8 +116,7 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
 
 def _all_reduce(strategy, t: torch.Tensor, op) -> torch.Tensor:
     """``t`` (a CPU tensor) reduced over the data-parallel ranks, returned on the CPU (unchanged without a
-    process group). The collective runs on the current CUDA device where there is one (NCCL), else on
-    the CPU (gloo)."""
+    process group); the collective runs on the current CUDA device where there is one, else the CPU."""
     if not (dist.is_available() and dist.is_initialized()):
         return t
     device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
@@ -147,10 +134,9 @@ def _reduce_sum(strategy, values: list[int]) -> list[int]:
 
 
 def micro_batch_counts(experience) -> torch.Tensor:
-    """(4,) float64 on the device of ``experience.action_mask`` (CUDA on a GPU rank: OpenRLHF's
-    ``ppo_train`` moves each micro-batch there first): sequences and action tokens with a non-zero weight
-    (trained), then with weight 0 (fillers: forwarded, no gradient). A micro-batch without weights (GRPO)
-    trains everything. Every tensor of the count lives on that one device."""
+    """(4,) float64 on the device of ``experience.action_mask`` (CUDA on a GPU rank), every tensor of the
+    count on that one device: sequences and action tokens with a non-zero weight (trained), then with
+    weight 0 (fillers). Without weights (GRPO) everything is trained."""
     mask = experience.action_mask
     tokens = mask.reshape(mask.shape[0], -1).sum(-1).to(torch.float64)
     weights = _sequence_weights(experience)
@@ -164,9 +150,8 @@ UNTRAINED_KEYS = (rd.SAMPLES_UNTRAINED, rd.TOKENS_UNTRAINED)
 
 
 def step_counts(counts: torch.Tensor | None, untrained: list[int], epochs: int, strategy) -> dict:
-    """The step's ``COUNT_KEYS`` from this rank's summed ``micro_batch_counts`` (4,) (None: no micro-batch
-    ran), per PPO epoch (every epoch visits every micro-batch once), and ``UNTRAINED_KEYS`` from
-    ``DPPOReplayBuffer.untrained_counts``, both summed over the data-parallel ranks (on the CPU)."""
+    """``COUNT_KEYS`` from this rank's summed ``micro_batch_counts`` (None: none ran) per PPO epoch, and
+    ``UNTRAINED_KEYS`` from ``untrained_counts``, summed over the data-parallel ranks (on the CPU)."""
     if counts is None:
         counts = torch.zeros(4, dtype=torch.float64)
     rank = torch.cat(
@@ -219,7 +204,6 @@ class DPPOActorTrainer(ppo_actor.ActorPPOTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # the host's NaiveReplayBuffer, built by the parent, replaced by a DPPO one with its settings
         self.replay_buffer: DPPOReplayBuffer = DPPOReplayBuffer.like(self.replay_buffer)
 
     def ppo_train(self, kl_ctl: float):
@@ -232,8 +216,8 @@ class DPPOActorTrainer(ppo_actor.ActorPPOTrainer):
         return status
 
     def _check_whole_micro_batches(self) -> None:
-        """Without dynamic batching (GRPO only) the host's loader drops a last, partial micro-batch
-        (``drop_last``): generated and never trained. Refused by name before any training."""
+        """Without dynamic batching (GRPO only) the host's loader would drop a partial last micro-batch:
+        refused before any training."""
         held, size = len(self.replay_buffer.items), self.replay_buffer.sample_batch_size
         if held % size:
             raise RuntimeError(
@@ -256,8 +240,7 @@ class DPPOActorTrainer(ppo_actor.ActorPPOTrainer):
             return super().training_step(experience, kl_ctl, step, loss_batch_info)
 
 
-# The Python class behind the host's Ray actor: a class computed at run time, which mypy accepts as a
-# base only when typed Any (the host is untyped, so it would be Any to mypy anyway).
+# The class behind the host's Ray actor, typed Any to be a base for mypy.
 _PolicyModelActorBase: Any = unwrap_actor_class(ppo_actor.PolicyModelActor)
 
 

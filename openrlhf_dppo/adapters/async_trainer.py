@@ -1,13 +1,9 @@
-"""OpenRLHF's asynchronous trainer (``--train.async_enable``) with the DPPO parts, in both arms.
+"""OpenRLHF's asynchronous trainer (``--train.async_enable``) with the DPPO parts, both arms.
 
-OpenRLHF 0.11.2's ``PPOTrainerAsync`` controller builds a ``GenerateSamplesActor`` and a ``TrainingActor``
-joined by a ray ``Queue``; ``adapters.install`` puts ``TrainerFactory(DPPOTrainerAsync, ...)`` at
-``ppo_trainer_async.PPOTrainerAsync``. ``DPPOGenerateSamplesActor`` holds the prompt draw, the history's
-update, the rate control and the step limit, and snapshots the DPPO state into each batch's client states;
-``DPPOTrainingActor`` runs the sync trainer's step (``DPPOSteps``: completion pruning, metrics, the
-accounting check, the run directory). Each ``StepContext`` travels in its batch. Unbiased as in sync mode:
-q is fixed in the generator before the rollout (docs/METHOD.md, "Departures from the paper", 14).
-What the buffer still holds when the generator stops is counted untrained in the last step (``BufferClock``).
+``DPPOGenerateSamplesActor`` holds the prompt draw, the history's update, the rate control and the step
+limit, and puts the DPPO state into each batch's client states; ``DPPOTrainingActor`` runs the sync
+trainer's step (``DPPOSteps``). Unbiased as in sync mode: q is fixed in the generator before the rollout
+(docs/METHOD.md, "Departures from the paper", 14).
 """
 
 from __future__ import annotations
@@ -43,26 +39,21 @@ logger = init_logger(__name__)
 
 DONE, CLOSED, EVAL = "done", "closed", "eval"
 
-# The Python classes behind the host's Ray actors (typed Any: see adapters.trainer).
+# The classes behind the host's Ray actors, typed Any to be bases for mypy.
 _GeneratorBase: Any = unwrap_actor_class(host.GenerateSamplesActor)
 _TrainingBase: Any = unwrap_actor_class(host.TrainingActor)
 _ControllerBase: Any = unwrap_actor_class(host.PPOTrainerAsync)
 
 
 class BufferClock:
-    """Generation seconds charged to the step that trains the rollouts. OpenRLHF's samples generator keeps
-    what a vLLM call returns beyond one step's B x G rollouts (``--rollout.vllm_generate_batch_size`` above
-    ``--rollout.batch_size``, GRPO only) in a buffer and serves it at the next steps without a call: a
-    call's seconds are spread evenly over the rollouts it returned (dynamic filtering's dropped groups
-    are part of the call), and a step is charged the shares of those it trains. Without that buffer a
-    step is charged its own call."""
+    """Generation seconds charged to the step that trains the rollouts: a vLLM call's seconds spread
+    evenly over the rollouts it returned, which OpenRLHF's buffer (GRPO) may serve at later steps."""
 
     def __init__(self):
         self.shares: list[float] = []  # seconds of each rollout in OpenRLHF's buffer, in its order
 
     def serve(self, served: int, held: int, seconds: float) -> float:
-        """The seconds of a call's ``served`` rollouts; ``held``: what the buffer keeps after the call,
-        ``seconds``: the call's time (all of it the step's when the call only served the buffer)."""
+        """The seconds of a call's ``served`` rollouts; ``held``: what the buffer keeps after the call."""
         made = served + held - len(self.shares)  # rollouts vLLM returned in this call
         if made > 0:
             self.shares += [seconds / made] * made
@@ -72,14 +63,14 @@ class BufferClock:
         return charged
 
     def drop(self) -> float:
-        """The seconds of every rollout still held, which no step will train; none held afterwards."""
+        """The seconds of every rollout still held; none held afterwards."""
         seconds, self.shares = sum(self.shares), []
         return seconds
 
 
 class _DPPOGenerateSamplesActor(_GeneratorBase):
-    """OpenRLHF's generator actor with ``DPPOSamplesGenerator`` (both arms) and, for DPPO, the prompt
-    history and rate control, which learn from each batch right after its rollouts."""
+    """OpenRLHF's generator actor with ``DPPOSamplesGenerator``; DPPO's history and rate control learn
+    from each batch right after its rollouts."""
 
     def __init__(self, pretrain, strategy, vllm_engines, *, vllm_lock, rollout_queue, rollout_slots,
                  final_step, dppo: DPPOConfig, run: RunMeta, **generate_kwargs):  # fmt: skip
@@ -98,20 +89,16 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
         host_steps: int = self.max_steps  # OpenRLHF's count
         self.max_steps: int = planned_steps(self.args, host_steps, prompts, dppo, run)
 
-    # ---- resume ---------------------------------------------------------------------------------
     def restore(self, states: dict) -> None:
-        """The checkpoint's generator state: the dataloader, DPPO's draw state (history, draw counter,
-        rate control) and the steps handed out, as they were right after the checkpointed step's batch."""
+        """The checkpoint's generator state (dataloader, DPPO's draw state, steps handed out)."""
         if states.get("data_loader_state_dict"):
             self.prompts_dataloader.load_state_dict(states["data_loader_state_dict"])
         if self.dppo.method == "dppo" and DPPO_STATE in states:
             self.samples_generator.load_dppo_state(states[DPPO_STATE])
         self.samples_generator.steps = int(states.get("global_step", 0))
 
-    # ---- one batch ------------------------------------------------------------------------------
     def _learn(self, rollouts) -> None:
-        """DPPO: the history and the rate control learn from the batch just generated (raw rewards on the
-        rollouts; the history's shaping is done on copies), before the next draw."""
+        """DPPO: the history (shaped rewards, on copies) and the rate control learn from the batch."""
         ctx, G = rollouts.ctx, self.args.rollout.n_samples_per_prompt
         update_history(self.history, ctx, rollouts, self.args)
         stats = rollout_stats(list(rollouts) + ctx.filtered, G, ctx)
@@ -120,10 +107,8 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
 
     def _generate(self, clock: BufferClock):
         """(rollouts, filter pass rate, prompts consumed, exhausted, seconds, unserved), under the vLLM lock
-        unless partial rollout (then the trainer pauses the engines for the weight broadcast). seconds: the
-        generation time of the rollouts returned (``BufferClock``); unserved: the counts of the rollouts
-        OpenRLHF's buffer still holds when this batch reaches ``--dppo.max_steps`` (generated, never
-        trained: this last step's, as generated and untrained, their seconds in its time)."""
+        unless partial rollout. unserved: the counts of what OpenRLHF's buffer still holds when this batch
+        reaches ``--dppo.max_steps`` (the last step's, as generated and untrained)."""
         partial = self._partial_rollout
         if not partial:
             ray.get(self.vllm_lock.acquire.remote())
@@ -146,7 +131,7 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
         return (rollouts, *rest, seconds, unserved)
 
     def _epoch_done(self) -> bool:
-        """True once the prompt data ran out (the samples generator's next draw starts a new epoch)."""
+        """True once the prompt data ran out."""
         return getattr(self.samples_generator, "_dataloader_iter", None) is None
 
     def _evaluate(self, step: int) -> None:
@@ -168,10 +153,8 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
         return self.eval_dataloader is not None and math.isfinite(float(self.args.eval.steps))
 
     def fit(self, episode: int, total_consumed_prompts: int, global_step: int = 0) -> None:
-        """OpenRLHF's generator loop (a slot token per batch; evaluation when the token's step says so),
-        with: the starting point's evaluation of a fresh run (step 0; a resumed run does not evaluate its
-        checkpointed step again, as in sync mode), DPPO's learning after each batch,
-        the DPPO state in each batch's client states, and the last step's evaluation after "done"."""
+        """OpenRLHF's generator loop, with a fresh run's step-0 evaluation, DPPO's learning and state after
+        each batch, and the last step's evaluation after "done"."""
         if global_step == 0 and self._evaluation_on():
             self.rollout_slots.get(block=True)  # the trainer returns the token when it reads the result
             self._evaluate(0)
@@ -192,9 +175,7 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
                     rollouts.ctx.responses = []  # used by the generator only: not sent
                     if self.dppo.method == "dppo":
                         self._learn(rollouts)
-                    # a batch that ran the prompt data out ends its epoch: a resume from its checkpoint starts
-                    # the next (the dataloader's state restarts the data, which under this epoch's number
-                    # would be replayed as an extra epoch)
+                    # a batch that ran the prompt data out ends its epoch (as the sync trainer's checkpoint)
                     states = {
                         "episode": epoch + 1 if self._epoch_done() else epoch,
                         "total_consumed_prompts": total_consumed_prompts,
@@ -215,9 +196,8 @@ class _DPPOGenerateSamplesActor(_GeneratorBase):
 
 
 class _DPPOTrainingActor(DPPOSteps, _TrainingBase):
-    """OpenRLHF's training actor with the sync trainer's step (``DPPOSteps``): DPPO's or the counting
-    experience maker, metrics, the accounting check, the run directory. The prompt history is the
-    generator's: the maker here does not update one."""
+    """OpenRLHF's training actor with the sync trainer's step (``DPPOSteps``); its maker updates no
+    history (the generator's)."""
 
     def __init__(self, pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
                  reference_model_group, vllm_engines, *, vllm_lock, rollout_queue, rollout_slots,
@@ -236,10 +216,8 @@ class _DPPOTrainingActor(DPPOSteps, _TrainingBase):
         """The generator's rate control has observed this batch already."""
 
     def broadcast_to_vllm(self) -> None:
-        """OpenRLHF's (the weights to vLLM under the lock; with partial rollout the engines paused, not
-        stopped), calling ``BasePPOTrainer``'s by name: the host's own override reaches it through a
-        zero-argument ``super()``, which raises in this subclass's Ray worker ("obj must be an instance or
-        subtype of type")."""
+        """OpenRLHF's, calling ``BasePPOTrainer``'s by name (the host's zero-argument ``super()`` raises in
+        this subclass's Ray worker)."""
         ray.get(self.vllm_lock.acquire.remote())
         if self._partial_rollout:
             batch_vllm_engine_call(self.vllm_engines, "pause_generation")
@@ -264,9 +242,8 @@ class _DPPOTrainingActor(DPPOSteps, _TrainingBase):
         self._recorded_fit(self._fit, global_step)
 
     def _fit(self, global_step: int) -> None:
-        """OpenRLHF's training loop (a batch from the queue, its slot token back, one step), with the run
-        directory's metrics and evaluations, and the closing handshake: the generator's "done" is answered
-        with the final step on a queue of its own, where the generator evaluates if ``--eval.steps`` says so."""
+        """OpenRLHF's training loop with the run directory and the closing handshake ("done" answered with
+        the final step on ``final_step``)."""
         started, closing = time.time(), False
         latest: dict = {}  # the client states of the last step trained (a best checkpoint saves them)
         while True:
@@ -315,10 +292,8 @@ DPPOTrainingActor = remote_like(host.TrainingActor, _DPPOTrainingActor)
 
 
 class _DPPOTrainerAsync(_ControllerBase):
-    """OpenRLHF's async controller, building the two DPPO actors. OpenRLHF's constructor builds its own
-    actors by their module-global names with fixed arguments; this one passes each the CLI's validated
-    ``DPPOConfig`` and ``RunMeta``, the schedule's step count (the generator knows the dataset) and the
-    closing handshake's queue, and ``fit`` restores the generator's whole state on a resume."""
+    """OpenRLHF's async controller, building the two DPPO actors (with ``DPPOConfig``, ``RunMeta``, the
+    schedule's step count and the handshake queue); ``fit`` restores the generator's state on a resume."""
 
     def __init__(self, pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
                  reference_model_group, vllm_engines, *, dppo: DPPOConfig, run: RunMeta,

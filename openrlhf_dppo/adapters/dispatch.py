@@ -1,11 +1,7 @@
-"""From the kept experiences of one rollout batch to per-rank packed micro-batches, and back; and the
-experience-side forward batches.
-
-The controller plans (``build_dispatch``): the kept items are cut into GRPO's ``num_steps`` optimizer
-steps, each packed by ``core.pack`` with the same micro-batch count on every rank (an empty one gets a
-zero-weight copy), under the FULL batch's normalisers divided by ``num_steps`` (docs/METHOD.md, "When it
-is unbiased", condition 3). ``planned_balance`` replaces ``balance_experiences``; the plan travels in
-``Experience.info`` under the private ``PLAN_*`` keys, which ``read_plan`` pops on the ranks.
+"""From the kept experiences of one rollout batch to per-rank packed micro-batches (``build_dispatch``,
+under the full batch's normalisers divided by the optimizer steps: docs/METHOD.md, "When it is
+unbiased", condition 3), and back on the ranks (``read_plan``); and the experience-side forward batches.
+The plan travels in ``Experience.info`` under the private ``PLAN_*`` keys.
 """
 
 from __future__ import annotations
@@ -49,8 +45,7 @@ class DispatchPlan:
 
 
 def planned_balance(experiences, args):
-    """Stands in for OpenRLHF's ``balance_experiences`` during a DPPO step: the per-rank batches of the
-    plan the experience maker returned with the experiences (``PlannedExperiences.plan``)."""
+    """OpenRLHF's ``balance_experiences`` during a planned step: the per-rank batches of ``experiences.plan``."""
     plan = experiences.plan
     expected = sum(len(e.sequences) for e in experiences)
     planned = sum(len(items) for items in plan.rank_items) - plan.fillers
@@ -60,8 +55,7 @@ def planned_balance(experiences, args):
 
 
 def mark_short_batch_rule(items: list[Experience], train_short: bool) -> None:
-    """GRPO's (batched) experiences carry ``--dppo.short_batch train`` to the actors' replay buffer, one
-    value per sequence as ``Experience.info`` holds them (in place; nothing is added under ``drop``)."""
+    """Marks GRPO's batched experiences, in place, with ``--dppo.short_batch train`` for the actors."""
     if train_short:
         for it in items:
             it.info[SHORT_BATCH_TRAIN] = torch.ones(len(it.sequences))
@@ -102,14 +96,9 @@ def build_dispatch(
     norm_tokens: float,
     norm_seqs: float,
 ) -> DispatchPlan:
-    """Plan the training of the kept single-sample items (``split_experience_batch`` output).
-
-    items: kept items, each with ``total_length`` (1,)/() and ``info[SAMPLE_WEIGHT]`` set.
-    dp_size: data-parallel ranks; capacity: tokens per micro-batch per rank
-    (``train.max_tokens_per_gpu * ring_attn_size * tensor_parallel_size``, OpenRLHF's convention).
-    num_steps: GRPO's optimizer steps for the batch (``step.num_optimizer_steps``).
-    norm_tokens, norm_seqs: the full-batch normalisers Z_tok and Z_seq (``core.full_batch_normalizer``).
-    """
+    """Plan the training of the kept single-sample items (each with ``total_length`` and
+    ``info[SAMPLE_WEIGHT]``). capacity: ``core.micro_batch_capacity``; num_steps: GRPO's optimizer steps;
+    norm_tokens, norm_seqs: the full batch's Z_tok and Z_seq."""
     if not items:
         raise ValueError("nothing to dispatch: the kept set is empty")
     if num_steps == 0:
@@ -158,8 +147,7 @@ def build_dispatch(
 
 
 def _untrained_plan(items: list[Experience], dp_size: int) -> DispatchPlan:
-    """A draw that makes no optimizer step: its items go to the ranks in turn, marked untrained (the
-    actors count them as ``samples|tokens/untrained``); zero normalisers, no micro-batch."""
+    """A draw that makes no optimizer step: its items to the ranks in turn, marked untrained."""
     rank_items: list[list[Experience]] = [[] for _ in range(dp_size)]
     for i, it in enumerate(items):
         rank_items[i % dp_size].append(_with_plan(it, UNTRAINED_MB, False, 0.0, 0.0, 0.0))
@@ -179,10 +167,8 @@ class ReadPlan:
 
 
 def read_plan(items: list[Experience]) -> ReadPlan | None:
-    """Pop the plan keys from the items' info (in place) and group the items by micro-batch.
-
-    Returns None when the items carry no plan (a GRPO batch). Raises if only some items carry one.
-    """
+    """Pop the plan keys from the items' info (in place) and group the items by micro-batch. None when
+    no item carries a plan (GRPO); raises if only some do."""
     has = [PLAN_MB in it.info for it in items]
     if not any(has):
         return None
@@ -209,26 +195,15 @@ def read_plan(items: list[Experience]) -> ReadPlan | None:
     )
 
 
-# ---- the experience-side forward batches ----------------------------------------------------------
 def forward_partitions(lengths: list[int], budget: tuple[int, int, int], dp: int) -> list[list[int]]:
-    """Index lists of the experience-side forward batches of ``lengths`` (the kept samples' total
-    lengths), for ``dp`` data-parallel ranks under ``budget`` = (``--rollout.max_tokens_per_gpu``,
-    ring, TP), whose product C is a batch's token budget.
+    """Index lists of the forward batches of ``lengths`` for ``dp`` ranks under ``budget`` =
+    (``--rollout.max_tokens_per_gpu``, ring, TP), whose product C is a batch's token budget.
 
-    The host needs (``split_rollout_samples``' contract, ``RayActorGroup.async_run_method_batch``,
-    ``get_seqlen_balanced_partitions``): at least ``dp`` batches, none empty (so at most n, one sample
-    each), and a multiple of ``dp`` of them, so that every rank makes the same number of forward calls
-    (ZeRO-3 gathers each layer's weights collectively in every forward). OpenRLHF rounds its first-fit
-    count DOWN to a multiple of ``dp``, so a batch can hold up to about twice C. Here:
-
-    k = min(max(dp, M rounded UP to a multiple of dp), n rounded DOWN to one), with M the bins of a
-    packing within C (``core.fitting_bins``, the window packer; a sample longer than C is a bin of its
-    own, as in OpenRLHF): the fewest forward calls the budget allows, never more batches than samples.
-    The batches are OpenRLHF's balanced partitions (Karmarkar-Karp) into k when each is within C or a
-    single sample; otherwise the M bins split to k (``core.packing.distribute``), which are. Only when
-    n rounded down to a multiple of dp is below M (the budget under about twice the lengths and n not a
-    multiple of dp) does a batch exceed C: the balanced partition into k, the least it can exceed it by.
-    Raises ValueError for fewer samples than ranks.
+    k = min(max(dp, M rounded UP to a multiple of dp), n rounded DOWN to one) batches, none empty (the
+    host needs a multiple of ``dp``: every rank the same number of forwards), M the bins of
+    ``core.fitting_bins`` within C. OpenRLHF's balanced partitions into k when each is within C or one
+    sample, else the M bins split to k (``core.packing.distribute``); only when k < M does a batch
+    exceed C. Raises ValueError for fewer samples than ranks.
     """
     n = len(lengths)
     if n < dp:

@@ -1,36 +1,12 @@
-"""The experience makers: completion pruning (docs/METHOD.md, "Completion pruning") for DPPO, CPPO's
-top-|A| rule for CPPO (``CPPOExperienceMaker``, "The peers: CPPO and GRESO"), OpenRLHF's maker for GRPO.
+"""The experience makers (seam: ``RemoteExperienceMaker.make_experience_batch(rollouts)``, the step's
+``StepContext`` on ``rollouts.ctx``): ``DPPOExperienceMaker`` (docs/METHOD.md, "Completion pruning"),
+``CPPOExperienceMaker`` ("The peers: CPPO and GRESO") and, for GRPO, ``CountingExperienceMaker``.
 
-Seam: ``RemoteExperienceMaker.make_experience_batch(rollouts)``; OpenRLHF hands it the generator's
-``Rollouts`` unchanged, the step's ``StepContext`` on ``rollouts.ctx`` (``adapters.step``).
-``DPPOExperienceMaker``, with the rewards already on the rollouts:
-
-1. OpenRLHF's length penalties on ALL rollouts (``step.shaped_rewards``), then group advantages on the
-   FULL groups (``core.group_advantages``); the prompt history learns from every rolled-out group,
-   those dynamic filtering dropped included (``step.update_history``; the async generator keeps it instead);
-2. keep probabilities, a seeded systematic mask and the weights in one call (``core.prune_completions``;
-   the kept count a multiple of the data-parallel size). A == 0 completions get p = 0 only when no KL,
-   entropy or batch-whitening term can give them a gradient (``step.zero_advantage_is_exact``;
-   ``dppo/completion_zero_prob_frac`` shows whether the drop is on). ``samples|tokens/pruned`` are
-   counted here, from the mask;
-3. the actor / reference forwards run ONLY on the kept completions, in forward batches within
-   ``--rollout.max_tokens_per_gpu`` (``dispatch.forward_partitions``): that is the saving;
-4. advantages as OpenRLHF computes them for group estimators (``compute_reward``: reward clipped, KL in the
-   reward per token; ``get_cumulative_returns``; REINFORCE++-baseline whitened over the batch's tokens,
-   estimated from the trained completions with their weights, ``core.token_whitening``), THEN the weight
-   w_j v_ji = 1 / (q_j p_ji) folded in (``core.fold_weights``);
-5. the full batch's normalisers (``core.full_batch_normalizer``) and the packed per-rank plan
-   (``dispatch.build_dispatch``) for GRPO's optimizer steps of the groups GRPO would train, returned as
-   ``PlannedExperiences(experiences, plan)``.
-
-Fewer kept completions than data-parallel ranks are topped up with zero-weight fillers (pruned completions,
-counted as pruned; or copies of the shortest rollout where the step rolled out fewer than the ranks): they
-are forwarded, add nothing to the gradient, and the actors count them as ``samples|tokens/fillers``.
-
-``CountingExperienceMaker`` (GRPO, ``--dppo.method grpo``): OpenRLHF's maker with its group statistics in
-float64 (as ``core.group_advantages``), ``samples|tokens/pruned`` = 0, and ``--dppo.short_batch train``
-marked on the experiences for the actors' replay buffer. Both makers log the step's forward batches
-(``perf/forward_batches``, ``perf/forward_tokens_max``).
+DPPO's order: length penalties on all rollouts, group advantages on the FULL groups, the history's
+update, ``core.prune_completions``, forwards of the kept completions only, OpenRLHF's group-estimator
+advantages (REINFORCE++-baseline whitened with the weights, ``core.token_whitening``), THEN the weights
+1 / (q_j p_ji) folded in, then the full batch's normalisers and the packed plan (``PlannedExperiences``).
+Fewer kept completions than data-parallel ranks are topped up with zero-weight fillers.
 """
 
 from __future__ import annotations
@@ -46,7 +22,6 @@ from openrlhf_dppo import run_dir as rd
 from openrlhf_dppo.adapters.dispatch import build_dispatch, forward_partitions, mark_short_batch_rule
 from openrlhf_dppo.adapters.step import (
     PlannedExperiences,
-    PromptDraw,
     StepContext,
     effective_dp_size,
     group_draws,
@@ -78,13 +53,6 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         self.dppo = dppo
         self.history = history
 
-    # ---- 1-3: rewards, full-group advantages, keep decisions ------------------------------------
-    def _groups(self, ctx: StepContext, rollout_samples) -> list[PromptDraw]:
-        return group_draws(ctx, rollout_samples, self.args.rollout.n_samples_per_prompt)
-
-    def _shaped_rewards(self, samples) -> torch.Tensor:
-        return shaped_rewards(samples, self.args)
-
     def _completion_draw(self, adv_flat: torch.Tensor, prompt_weight: torch.Tensor, dp: int, step: int):
         """core.prune_completions with this run's settings (seed stream: the step): (Draw, metrics)."""
         cfg = self.dppo
@@ -107,17 +75,15 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         free = sorted((n, i) for i, n in enumerate(lengths) if not mask[i])
         return [i for _, i in free[:need]]
 
-    # ---- the seam -------------------------------------------------------------------------------
     @torch.no_grad()
     def make_experience_batch(self, rollout_samples) -> PlannedExperiences:
-        """rollout_samples: the step's ``Rollouts`` (whole groups, the context in ``.ctx``). Returns the
-        kept completions' experiences (OpenRLHF's return) with the step's dispatch plan; the pruning
-        metrics and counts go to the context."""
+        """rollout_samples: the step's ``Rollouts`` (whole groups). Returns the kept completions'
+        experiences with the step's dispatch plan; metrics and counts go to the context."""
         ctx, args, G = rollout_samples.ctx, self.args, self.args.rollout.n_samples_per_prompt
         dp = effective_dp_size(args)
 
-        draws = self._groups(ctx, rollout_samples)
-        rewards = self._shaped_rewards(rollout_samples)
+        draws = group_draws(ctx, rollout_samples, G)
+        rewards = shaped_rewards(rollout_samples, args)
         adv = group_advantages(rewards, args.algo.advantage.estimator)
         if self.history is not None:  # None: the asynchronous generator keeps it (adapters.async_trainer)
             update_history(self.history, ctx, rollout_samples, args, shaped=rewards)
@@ -126,7 +92,6 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         q = torch.tensor([d.q for d in draws], dtype=torch.float64)
         draw, metrics = self._completion_draw(adv_flat, (1.0 / q).repeat_interleave(G), dp, ctx.step)
         mask, weights = draw.mask, draw.weight.clone()
-        # the exact A == 0 drop in effect: 0 whenever a KL or entropy term can move an A == 0 completion
         metrics.setdefault(rd.COMPLETION_ZERO_PROB_FRAC, float((draw.prob == 0).double().mean()))
         tokens = [response_tokens(s) for s in rollout_samples]
         kept = mask.nonzero().flatten().tolist()
@@ -139,8 +104,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         train_ids = sorted(kept + fillers)
         kept_samples = [rollout_samples[i] for i in train_ids]
         train_weights = weights[train_ids]
-        # fewer rollouts than ranks (a pruned draw, an epoch's short last batch): zero-weight copies of the
-        # shortest one, so that every rank forwards (and, if the step trains, runs) one sequence
+        # fewer rollouts than ranks: zero-weight copies of the shortest, one sequence per rank
         copies = dp - len(train_ids)
         if copies > 0:
             shortest = min(range(len(lengths)), key=lengths.__getitem__)
@@ -161,13 +125,12 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         plan = build_dispatch(items, dp, capacity, self._optimizer_steps(ctx, len(draws)), z_tok, z_seq)
         metrics.update(plan.metrics)
         ctx.metrics.update(metrics)
-        pruned = (~mask).nonzero().flatten().tolist()  # counted where the mask is drawn
+        pruned = (~mask).nonzero().flatten().tolist()
         ctx.add({rd.SAMPLES_PRUNED: len(pruned), rd.TOKENS_PRUNED: sum(tokens[i] for i in pruned)})
         return PlannedExperiences(experiences, plan)
 
     def _optimizer_steps(self, ctx: StepContext, groups: int) -> int:
-        """GRPO's optimizer steps for the groups GRPO would train from this step's draw
-        (``step.num_optimizer_steps``); ``groups``: the rolled-out groups the maker was handed."""
+        """GRPO's optimizer steps for the groups it would train from this draw; ``groups``: those handed in."""
         args = self.args
         return num_optimizer_steps(
             args.rollout.batch_size, args.rollout.n_samples_per_prompt, args.train.batch_size,
@@ -175,18 +138,14 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         )  # fmt: skip
 
     def _step_groups(self, ctx: StepContext, accepted: int) -> int:
-        """The groups GRPO would train from this step's draw, which set its optimizer steps: the prompts
-        drawn (the pruned ones too) less the groups dynamic filtering dropped (OpenRLHF counts only the
-        accepted rollouts), i.e. the accepted groups plus the pruned prompts; ``accepted`` when the step has
-        no draw record."""
+        """The groups GRPO would train from this draw: prompts drawn less the groups dynamic filtering
+        dropped; ``accepted`` when the step has no draw record."""
         if ctx.draw is None:
             return accepted
         return ctx.draw.drawn - len(ctx.filtered) // self.args.rollout.n_samples_per_prompt
 
     def _forward_batches(self, samples, dp: int):
-        """The kept samples cut into the actor / reference forward batches (OpenRLHF's
-        ``split_rollout_samples`` contract: ``sample.index`` set, a multiple of ``dp`` concatenated
-        batches), each within ``--rollout.max_tokens_per_gpu`` x ring x TP (``forward_partitions``)."""
+        """The kept samples as forward batches (``split_rollout_samples``' contract; ``forward_partitions``)."""
         if not self.args.train.dynamic_batch_enable:
             return self.split_rollout_samples(samples)
         for i, sample in enumerate(samples):
@@ -197,17 +156,16 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         pad = self.tokenizer.pad_token_id
         return [Experience.concat_experiences([samples[i] for i in part], pad) for part in parts]
 
-    # ---- 5-6: advantages, normalisers ------------------------------------------------------------
     def _normalizers(
         self, ctx: StepContext, tokens: list[int], q: torch.Tensor, mask: torch.Tensor
     ) -> tuple[float, float]:
         """(Z_tok, Z_seq) of the full batch (docs/METHOD.md, "When it is unbiased", condition 3); ``mask``
-        (the kept completions) is not read: the full batch's normalisers do not depend on it."""
+        is not read."""
         args, G = self.args, self.args.rollout.n_samples_per_prompt
         prompt_tokens = torch.tensor(tokens, dtype=torch.float64).reshape(-1, G).sum(-1)
         w = 1.0 / q
         if args.algo.dynamic_filtering_enable or ctx.draw is None:
-            # the accepted groups are a filtered subset: Horvitz-Thompson count of the prompts
+            # a filtered subset: Horvitz-Thompson count of the prompts
             n_prompts = float(w.sum())
         else:
             n_prompts = ctx.draw.drawn
@@ -216,9 +174,8 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         return z_tok, z_seq
 
     def _set_advantages(self, experiences, adv_kept, weights_kept, rewards, train_ids) -> dict:
-        """Per-token advantages as OpenRLHF's group estimators make them (REINFORCE++-baseline: then whitened
-        over the batch's tokens, ``_token_stats``), then the weights folded in. Returns the whitening's
-        metrics (none for the other estimators)."""
+        """Per-token advantages as OpenRLHF's group estimators make them (REINFORCE++-baseline whitened,
+        ``_token_stats``), then the weights folded in. Returns the whitening's metrics, if any."""
         args, G = self.args, self.args.rollout.n_samples_per_prompt
         group_std = rewards.std(-1).repeat_interleave(G)[train_ids] if G > 1 else None
         positions = [torch.tensor(exp.index, dtype=torch.long) for exp in experiences]
@@ -248,9 +205,8 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
         return metrics
 
     def _token_stats(self, experiences, weights: list[torch.Tensor]):
-        """REINFORCE++-baseline's (m, 1/s) over the rollout batch's response tokens, estimated from the
-        trained completions with their weights 1/(q p) (``core.token_whitening``: the full batch's
-        statistics when nothing is pruned, Horvitz-Thompson ratios otherwise)."""
+        """REINFORCE++-baseline's (m, 1/s) from the trained completions' tokens with their weights 1/(q p)
+        (``core.token_whitening``)."""
         values = torch.cat([exp.returns.flatten() for exp in experiences])
         token_w = torch.cat(
             [
@@ -262,8 +218,7 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
 
     @staticmethod
     def _single_items(experiences) -> list:
-        """Single-sample items of the batched experiences (``split_experience_batch`` clears ``index``;
-        it is kept on the experiences, which the trainer's step still reads)."""
+        """Single-sample items of the batched experiences, ``index`` kept on these (the step reads it)."""
         items = []
         for exp in experiences:
             index = exp.index
@@ -273,16 +228,9 @@ class DPPOExperienceMaker(RemoteExperienceMaker):
 
 
 class CPPOExperienceMaker(DPPOExperienceMaker):
-    """CPPO (``--dppo.method cppo``; docs/METHOD.md, "The peers: CPPO and GRESO"), biased by design, as
-    published: DPPO's maker (full-group advantages, forwards of the kept completions only, the packed
-    plan) with three parts replaced. Every drawn prompt was rolled out (q = 1); no prompt history.
-
-    - the completion draw: ``core.cppo.cppo_keep_mask`` on the full groups' advantages, the G - int(G P)
-      completions of largest |A| of each group, at weight 1; no exact A == 0 drop (CPPO keeps its top k);
-    - the normalisers: the kept completions' tokens and count (a token mean over the kept);
-    - the optimizer steps: GRPO's update size, the kept completions' whole ``--train.batch_size``
-      batches (``step.num_optimizer_steps``, the short-batch rule as DPPO's).
-    """
+    """CPPO (docs/METHOD.md, "The peers: CPPO and GRESO"), biased by design: DPPO's maker with CPPO's
+    keep rule (weight 1, no A == 0 drop), the kept completions' normalisers and GRPO's update size on
+    them. Every drawn prompt was rolled out (q = 1); no prompt history."""
 
     def __init__(self, *args, dppo, **kwargs):
         super().__init__(*args, dppo=dppo, history=None, **kwargs)
@@ -307,8 +255,7 @@ class CPPOExperienceMaker(DPPOExperienceMaker):
         return float(sum(tokens[i] for i in kept)), float(len(kept))
 
     def _optimizer_steps(self, ctx: StepContext, groups: int) -> int:
-        """GRPO's update size on the kept completions: int(B / (1 - P)) prompts drawn, G - int(G P) kept of
-        each group, their whole ``--train.batch_size`` batches."""
+        """GRPO's update size on the kept completions: their whole ``--train.batch_size`` batches."""
         args, P = self.args, self.dppo.completion_prune_rate
         G = args.rollout.n_samples_per_prompt
         return num_optimizer_steps(
@@ -318,19 +265,14 @@ class CPPOExperienceMaker(DPPOExperienceMaker):
 
 
 def forward_batch_metrics(experiences) -> dict:
-    """The step's forward batches (one batched ``Experience`` each) and the tokens of the largest, logged
-    by both arms so that the step-time comparison shows where their forward calls differ."""
+    """The step's forward batches (one batched ``Experience`` each) and the tokens of the largest."""
     tokens = [int(torch.as_tensor(e.total_length).sum()) for e in experiences]
     return {rd.FORWARD_BATCHES: float(len(tokens)), rd.FORWARD_TOKENS_MAX: float(max(tokens, default=0))}
 
 
 class CountingExperienceMaker(RemoteExperienceMaker):
-    """GRPO: OpenRLHF's experience maker; nothing is pruned (the actors count what they train).
-
-    One departure, in ``compute_advantages_and_returns``: OpenRLHF's own code runs on float64 rewards, so
-    its group statistics are float64 as in ``core.group_advantages`` (whose docstring says why: a group of
-    equal rewards that float32 cannot hold exactly gets advantage 0, not -0.75); the results come back in
-    the rewards' dtype (at least float32), as OpenRLHF returns them."""
+    """GRPO: OpenRLHF's experience maker, nothing pruned; its advantage code runs on float64 rewards (as
+    ``core.group_advantages``), the results returned in the rewards' dtype (at least float32)."""
 
     @torch.no_grad()
     def compute_advantages_and_returns(self, experiences):

@@ -1,31 +1,15 @@
-"""The step's rollouts: prompt pruning (docs/METHOD.md, "Prompt keep probabilities") before vLLM sees
-the prompts, and what the step's accounting needs from generation. Both arms; with ``--dppo.method grpo`` it only observes.
+"""The step's rollouts (``DPPOSamplesGenerator``), both arms: prompt pruning before vLLM sees the prompts
+(docs/METHOD.md, "Prompt keep probabilities") and the counts the step's accounting needs from generation.
 
-Seams (``SamplesGenerator``):
-- ``generate_samples()``: OpenRLHF's loop calls it once per step. It makes the step's ``StepContext``
-  (step number = steps handed out + 1) and returns ``Rollouts`` with it; once ``--dppo.max_steps`` steps
-  were handed out it answers "exhausted".
-  * DPPO: ONE prompt draw per step, rolled out and returned whole (OpenRLHF's buffer, which serves what
-    exceeds B x G at the next step without a new draw, is not used: a pruned draw never exceeds it). The
-    draw takes B = ``--rollout.batch_size`` prompts from the dataloader, scores them from the prompt
-    history (``PromptHistory.signals``, keyed by dataset index), draws the keep mask with
-    ``core.prune_prompts`` at the rate of ``rate_control`` (seeded per draw), and hands ONLY the kept
-    prompts to OpenRLHF's ``_generate_vllm`` (dynamic filtering's replacements come from the dataloader,
-    q = 1). The draw never keeps nothing: OpenRLHF's loop would draw again, conditioning the step on a
-    non-empty draw.
-  * GRPO: OpenRLHF's method unchanged (its buffer included), observed through the two hooks below.
-  * CPPO: DPPO's step with int(B / (1 - P)) prompts drawn and every one rolled out (q = 1, ``core.cppo``).
-  * GRESO: DPPO's step without the draw: every prompt pulled from the dataloader (dynamic filtering's
-    replacements too) is skipped before vLLM with probability 1 - its keep probability (``core.greso``),
-    counted as pruned; the step's rolled-out groups then update the streaks and p_easy / p_hard.
-  Counts ``samples|tokens/generated`` (returned plus dropped by dynamic filtering),
-  ``samples|tokens/filtered`` and ``prompts/drawn|rolled_out|pruned``.
+- ``generate_samples()``: one ``StepContext`` per step, returned on ``Rollouts``; "exhausted" once
+  ``--dppo.max_steps`` steps were handed out. DPPO: ONE prompt draw per step, rolled out and returned
+  whole (OpenRLHF's carry-over buffer is not used); the draw never keeps nothing (a redraw would
+  condition the step on a non-empty draw). GRPO: OpenRLHF's method, observed. CPPO: int(B / (1 - P))
+  prompts, all rolled out (q = 1). GRESO: every prompt skipped before vLLM with probability 1 - its
+  keep probability.
 - ``_generate_vllm``: a training call carries the context as the ``dppo_step`` generate kwarg; the groups
-  dynamic filtering dropped (seen by the hook below, not returned) go to ``ctx.filtered``. Evaluation
-  calls carry no context and are never pruned.
-- ``_process_response_into_experience`` (every response, training and evaluation): a reward function that
-  raised (no reward) or returned NaN / inf stops the run with a ``RewardError`` naming the reward file and
-  the step; a training rollout's prompt is recorded in ``ctx.prompts`` (q = 1 unless pruned).
+  dynamic filtering dropped go to ``ctx.filtered``. Evaluation calls are never pruned.
+- ``_process_response_into_experience``: a missing or non-finite reward raises ``RewardError``.
 """
 
 from __future__ import annotations
@@ -71,7 +55,7 @@ class DPPOSamplesGenerator(SamplesGenerator):
         self.steps = 0  # steps whose rollouts were handed out (the trainer sets it on a resume)
         self.draws = 0  # prompt draws made so far: the seed stream of the next draw (checkpointed)
         self.rate_control = PromptRateControl.from_config(dppo)  # r_q of each draw (checkpointed)
-        # GRESO's per-prompt streaks and p_easy / p_hard (checkpointed); None unless --dppo.method greso
+        # GRESO's streaks and p_easy / p_hard (checkpointed); None unless --dppo.method greso
         greso = dppo.method == "greso"
         self.streaks = GresoStreaks(len(self.prompts_dataloader.dataset)) if greso else None
         self.greso_control = GresoController() if greso else None
@@ -82,11 +66,8 @@ class DPPOSamplesGenerator(SamplesGenerator):
         for i, prompt in enumerate(self.prompts_dataloader.dataset.prompts):
             self.prompt_index.setdefault(prompt, i)
 
-    # ---- checkpoint -------------------------------------------------------------------------------
     def dppo_state_dict(self) -> dict:
-        """DPPO's draw state for the checkpoint's client states: the prompt history, the draw counter (the
-        next draw's seed stream), the rate control and the config it was made with. GRESO's: its streaks,
-        p_easy / p_hard, the draw counter and the config."""
+        """The draw state for the checkpoint's client states (DPPO's or GRESO's), with the config."""
         if self.dppo.method == "greso":
             return {
                 "method": "greso",
@@ -124,7 +105,7 @@ class DPPOSamplesGenerator(SamplesGenerator):
         logger.info(f"DPPO state restored: {history.capacity} prompts, {state['draws']} draws")
 
     def _history(self):
-        """The prompt history; DPPO keeps one (and its state is saved and restored) only when enabled."""
+        """The prompt history (DPPO only)."""
         if self.history is None:
             raise RuntimeError("no DPPO state without a prompt history: DPPO is off (--dppo.method grpo)")
         return self.history
@@ -134,12 +115,10 @@ class DPPOSamplesGenerator(SamplesGenerator):
             raise RuntimeError("no GRESO state: --dppo.method is not greso")
         return self.streaks, self.greso_control
 
-    # ---- one step ---------------------------------------------------------------------------------
     @torch.no_grad()
     def generate_samples(self, **generate_kwargs):
-        """(Rollouts of the step with its StepContext, filter pass rate or None, prompts consumed,
-        exhausted), as OpenRLHF's; "exhausted" with nothing once ``--dppo.max_steps`` steps were made
-        (that ends OpenRLHF's episode loops after the last step's evaluation and checkpoint)."""
+        """(Rollouts with the step's StepContext, filter pass rate or None, prompts consumed, exhausted), as
+        OpenRLHF's; "exhausted" with nothing once ``--dppo.max_steps`` steps were made."""
         if self.step_limit is not None and self.steps >= self.step_limit:
             return Rollouts(), None, 0, True
         ctx = StepContext(step=self.steps + 1)
@@ -166,7 +145,7 @@ class DPPOSamplesGenerator(SamplesGenerator):
         return Rollouts(samples, ctx), pass_rate, consumed, exhausted
 
     def _one_draw(self, ctx: StepContext, **generate_kwargs):
-        """DPPO's step: one prompt draw through vLLM, returned whole (no carry-over buffer: see above)."""
+        """One prompt draw through vLLM, returned whole (DPPO, CPPO, GRESO)."""
         args = self.args
         if getattr(self, "_dataloader_iter", None) is None:  # a new epoch over the prompts
             self._dataloader_iter = iter(self.prompts_dataloader)
@@ -209,7 +188,7 @@ class DPPOSamplesGenerator(SamplesGenerator):
             )  # fmt: skip
             self.draws += 1
         kept = draw.mask.nonzero().flatten().tolist()
-        if not kept:  # OpenRLHF's loop would draw again for the same step: a biased step (core.sampling)
+        if not kept:  # a redraw for the same step would bias it
             raise RuntimeError(f"step {ctx.step}: the prompt draw kept no prompt; prune_prompts must not")
         ctx.prompts.update({prompts[k]: PromptDraw(int(index[k]), float(draw.prob[k])) for k in kept})
         batches = [([None], [prompts[k]], [labels[k]], [images[k]]) for k in kept]
@@ -234,14 +213,10 @@ class DPPOSamplesGenerator(SamplesGenerator):
         return experiences, ctx.draw.drawn, exhausted or more_exhausted
 
     def _greso_generate(self, ctx: StepContext, num_prompts: int, dynamic_filtering, **generate_kwargs):
-        """GRESO's step (docs/METHOD.md, "The peers: CPPO and GRESO"): every prompt drawn from the dataloader
-        (the first B and dynamic filtering's replacements alike: the iterator handed to OpenRLHF's
-        ``_generate_vllm`` is wrapped) is rolled out with its keep probability from its streaks and the
-        step's p_easy / p_hard (earlier steps only), and skipped before vLLM otherwise (one Bernoulli draw
-        each from the stream (``--dppo.seed``, draw), in the order drawn). Kept prompts train at weight 1
-        (GRPO's maker): biased by design. Then every rolled-out group (the filter's dropped ones too)
-        updates its prompt's streaks, and, from the second pass over the prompts on (a rolled-out prompt was
-        rolled out before), the step's easy / hard shares move p_easy / p_hard."""
+        """GRESO's step (docs/METHOD.md, "The peers: CPPO and GRESO"): every prompt the dataloader yields
+        (replacements too) is rolled out with its keep probability (streaks, the step's p_easy / p_hard;
+        one Bernoulli draw each from the stream (``--dppo.seed``, draw)), else skipped before vLLM. Then
+        every rolled-out group updates the streaks, and from the second pass on the shares move p."""
         streaks, control = self._greso()
         p_easy, p_hard = control.p_easy, control.p_hard
         generator = step_generator(self.dppo.seed, self.draws, 0)
@@ -282,9 +257,8 @@ class DPPOSamplesGenerator(SamplesGenerator):
         return experiences, drawn, exhausted
 
     def _rolled_out_groups(self, ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
-        """(dataset index (n,), raw rewards (n, G)) of every group the step rolled out (``ctx.responses``:
-        those dynamic filtering dropped included), grouped by prompt in the order their first response
-        came back."""
+        """(dataset index (n,), raw rewards (n, G)) of every group in ``ctx.responses``, by prompt in the
+        order their first response came back."""
         G = self.args.rollout.n_samples_per_prompt
         by_prompt: dict[str, list[float]] = {}
         for exp in ctx.responses:
@@ -308,13 +282,11 @@ class DPPOSamplesGenerator(SamplesGenerator):
             torch.tensor(rows, dtype=torch.float64).reshape(len(rows), G),
         )
 
-    # ---- vLLM: what the filter dropped; every response -------------------------------------------
     def _generate_vllm(
         self, dataloader_iter, num_prompts: int, dynamic_filtering, dppo_step=None, **generate_kwargs
     ):
-        """OpenRLHF's rollout; a training call (``dppo_step``: the StepContext, which OpenRLHF passes on
-        to every response in its generate kwargs) also records the groups dynamic filtering dropped
-        (every response is seen by the hook below; the dropped ones are those not returned)."""
+        """OpenRLHF's rollout; a training call (``dppo_step``) also records in ``ctx.filtered`` the
+        responses not returned (the groups dynamic filtering dropped)."""
         if dppo_step is None:  # evaluation
             return super()._generate_vllm(dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
         before = len(dppo_step.responses)

@@ -1,26 +1,5 @@
-"""The trainer actor (single controller): OpenRLHF's ``PPOTrainer`` with DPPO's parts, one step as
-OpenRLHF's ``fit`` loop runs it (the step's ``StepContext`` rides on the rollouts, ``adapters.step``):
-
-1. generate: ``samples_generator.generate_samples()`` (``DPPOSamplesGenerator``) draws the prompts, rolls
-   the kept ones out and returns ``Rollouts`` with the step's context ("exhausted" after
-   ``--dppo.max_steps`` steps);
-2. ``train_step(rollouts)``: the ``rollout/*`` statistics of the raw rewards (``step.rollout_stats``),
-   then OpenRLHF's step:
-3. make experience: ``experience_maker.make_experience_batch(rollouts)`` (``DPPOExperienceMaker``)
-   prunes completions, forwards the kept ones and returns them with the packed plan;
-4. dispatch: OpenRLHF's ``balance_experiences`` is ``dispatch.planned_balance`` for the step, which hands
-   each rank its batches of the plan;
-5. actors: each rank's replay buffer follows the plan and its training steps count what they train
-   (``adapters.actor``); the optimizer steps there;
-6. log: the status gets the context's metrics, the accounting identity is checked
-   (``step.check_accounting``), the all-equal share goes to the rate control, and
-   ``save_logs_and_checkpoints`` writes one metrics.jsonl line and the DPPO state into the checkpoint.
-
-With ``--dppo.method grpo`` the generator only observes and OpenRLHF's experience maker
-(``CountingExperienceMaker``) and training step run; a rollout batch of fewer rollouts than data-parallel
-ranks goes to no rank and is counted as untrained (``_unspread_step``). The config and run metadata are the
-CLI's (``DPPOConfig``, ``RunMeta``), passed to the constructor by ``adapters.install``. ``fit`` writes
-status.json and evaluates once before step 1 on a fresh run; ``evaluate`` writes one eval line each.
+"""The trainer actor (single controller): OpenRLHF's ``PPOTrainer`` with DPPO's parts; the step in order is
+docs/DESIGN.md's "One training step". ``DPPOSteps`` is what it shares with the async training actor.
 """
 
 from __future__ import annotations
@@ -57,23 +36,16 @@ from openrlhf_dppo.core import DPPOConfig
 from openrlhf_dppo.run_dir import RunDir, RunMeta
 
 logger = init_logger(__name__)
-# the methods whose generator keeps a draw state for the checkpoint (DPPO's history, GRESO's streaks)
 DRAW_STATE_METHODS = ("dppo", "greso")
-# the methods whose maker returns a packed plan (DPPO's and CPPO's), trained through planned_balance
 PLANNED_METHODS = ("dppo", "cppo")
 
-
-# OpenRLHF's trainer base, typed Any (the host is untyped; mypy accepts a base computed at run time only so)
 _BasePPOTrainer: Any = ppo_trainer.BasePPOTrainer
 
 
 class DPPOSteps(_BasePPOTrainer):
-    """What the sync trainer and the async training actor (``adapters.async_trainer``) share: one step
-    (``train_step``: rollout statistics, the DPPO or counting step, the accounting check),
-    the run directory and the DPPO state in the checkpoints. Listed before OpenRLHF's trainer class
-    (``PPOTrainer``, ``TrainingActor``): ``super()`` reaches its methods, then ``BasePPOTrainer``'s. Hooks:
-    ``_observe_rates`` (the all-equal share to the rate control, where the prompts are drawn) and
-    ``dppo_state_dict`` (the sync trainer's; the async generator's rides in the client states)."""
+    """What the sync trainer and the async training actor share: ``train_step``, the run directory and the
+    DPPO state in the checkpoints. Listed before OpenRLHF's trainer class, so ``super()`` reaches it.
+    Hooks: ``_observe_rates``, ``dppo_state_dict``."""
 
     def _open_run(self, args, dppo: DPPOConfig, run: RunMeta, planned_steps: int) -> None:
         """The run directory and run_config.json (``--dppo.run_dir``, else ``--ckpt.output_dir``)."""
@@ -86,9 +58,7 @@ class DPPOSteps(_BasePPOTrainer):
         self._last_step = 0  # the last step trained (from the checkpoint on a resume)
 
     def _make_experience_maker(self, history):
-        """DPPO's maker (``history``: the prompt history it updates, or None where the generator keeps it)
-        or CPPO's (``--dppo.method cppo``: DPPO's with CPPO's keep rule, no history) or, with
-        ``--dppo.method grpo``, OpenRLHF's with the counts."""
+        """The method's maker; ``history``: the one DPPO's updates (None where the generator keeps it)."""
         maker_args = (self.actor_model_group, self.critic_model_group, self.reward_model_group,
                       self.reference_model_group, self.kl_ctl, self.strategy, self.tokenizer)  # fmt: skip
         if self.dppo.method == "cppo":
@@ -100,7 +70,6 @@ class DPPOSteps(_BasePPOTrainer):
     def _observe_rates(self, stats: dict) -> None:
         raise NotImplementedError
 
-    # ---- one step -------------------------------------------------------------------------------
     def train_step(self, rollout_samples, global_step):
         """rollout_samples: the generator's ``Rollouts`` (the step's context in ``.ctx``)."""
         ctx = rollout_samples.ctx
@@ -125,12 +94,8 @@ class DPPOSteps(_BasePPOTrainer):
         return status, step
 
     def _unspread_step(self, rollout_samples, global_step):
-        """GRPO: a rollout batch of fewer rollouts than data-parallel ranks (an epoch's short last batch).
-        OpenRLHF's forwards and balancing need one rollout per rank (its run stops here). Under
-        ``--dppo.short_batch drop`` such a batch is smaller than one train batch, which holds at least one
-        rollout per rank, so it is never trained; under ``train`` it cannot be spread over the ranks
-        (``step.num_optimizer_steps``; DPPO's plan makes no step of it either). It goes to no rank:
-        counted here as untrained, with a warning. Returns (status, step) as OpenRLHF's ``train_step``."""
+        """GRPO: a batch of fewer rollouts than data-parallel ranks, which OpenRLHF cannot spread, goes to no
+        rank: counted as untrained, with a warning. Returns (status, step) as OpenRLHF's ``train_step``."""
         n, tokens = float(len(rollout_samples)), float(sum(map(response_tokens, rollout_samples)))
         logger.warning(
             f"step {global_step + 1}: {int(n)} rollouts, fewer than the {effective_dp_size(self.args)} "
@@ -140,7 +105,6 @@ class DPPOSteps(_BasePPOTrainer):
                   rd.SAMPLES_PRUNED: 0.0, rd.TOKENS_PRUNED: 0.0, rd.SAMPLES_UNTRAINED: n, rd.TOKENS_UNTRAINED: tokens}  # fmt: skip
         return status, global_step + 1
 
-    # ---- logs, checkpoints, evaluation -----------------------------------------------------------
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
         logs_dict = {} if logs_dict is None else logs_dict
         total = logs_dict.get(rd.STEP_TOTAL)
@@ -164,14 +128,13 @@ class DPPOSteps(_BasePPOTrainer):
     def _resume_run(self, states: dict) -> None:
         """The run directory after OpenRLHF's checkpoint states were read (``global_step`` 0: a fresh run)."""
         self.run_dir.resume(states["global_step"])  # one metrics line per step after a resume
-        # the first status of a (re)start: the step it resumes from (0 for a fresh run), never 0 after a
-        # resume (the launcher reads it while a requeued job restarts)
+        # never 0 after a resume (the launcher reads it while a requeued job restarts)
         self._last_step = int(states.get("global_step", 0))
         self.run_dir.status("running", self._last_step)
 
     def _recorded_fit(self, fit, *args, **kwargs) -> None:
-        """Runs ``fit`` with the run's status: "finished" (with why, when the prompts ran out before
-        ``--dppo.max_steps``), or the stop's (``run_dir.ended_by``) before the error goes on."""
+        """Runs ``fit`` and writes the run's final status: "finished" (with why if the prompts ran out
+        before ``--dppo.max_steps``), or the stop's (``run_dir.ended_by``) before re-raising."""
         try:
             fit(*args, **kwargs)
         except BaseException as err:  # a stop: "interrupted", not final (the launcher records why)
@@ -180,7 +143,6 @@ class DPPOSteps(_BasePPOTrainer):
             raise
         reason = None
         if self.step_limit is not None and self._last_step < self.step_limit:
-            # the prompts ran out first (dynamic filtering draws more than a batch per step)
             reason = (
                 f"the prompt data ran out after {self._last_step} of --dppo.max_steps {self.step_limit} steps; "
                 "raise --train.num_episodes"
@@ -189,8 +151,7 @@ class DPPOSteps(_BasePPOTrainer):
         self.run_dir.status("finished", self._last_step, reason=reason)
 
 
-# The Python class behind the host's Ray actor: a class computed at run time, which mypy accepts as a
-# base only when typed Any (the host is untyped, so it would be Any to mypy anyway).
+# The class behind the host's Ray actor, typed Any to be a base for mypy.
 _PPOTrainerBase: Any = unwrap_actor_class(ppo_trainer.PPOTrainer)
 
 
@@ -200,8 +161,6 @@ class _DPPOTrainer(DPPOSteps, _PPOTrainerBase):
     def __init__(self, pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
                  reference_model_group, vllm_engines, *, dppo: DPPOConfig, run: RunMeta,
                  **generate_kwargs):  # fmt: skip
-        """OpenRLHF's constructor arguments, plus (keyword-only, from ``adapters.install``) the CLI's
-        validated ``DPPOConfig`` and the run's metadata (command line, start time)."""
         super().__init__(
             pretrain, strategy, actor_model_group, critic_model_group, reward_model_group,
             reference_model_group, vllm_engines, **generate_kwargs,
@@ -229,10 +188,8 @@ class _DPPOTrainer(DPPOSteps, _PPOTrainerBase):
         self.samples_generator.load_dppo_state(state)
 
     def save_logs_and_checkpoints(self, global_step, logs_dict=None, client_states=None):
-        """A step whose draw ran the prompt data out ends its episode: its checkpoint names the next one.
-        OpenRLHF's loop records the episode the step was drawn in, and the dataloader's state after the
-        data ran out restarts the data: resumed there, the loop replayed a whole epoch under the old
-        episode's number, one epoch more than ``--train.num_episodes``."""
+        """A step whose draw ran the prompt data out ends its episode: its checkpoint names the next one
+        (else a resume would replay a whole epoch under the old episode's number)."""
         if client_states is not None and getattr(self.samples_generator, "_dataloader_iter", None) is None:
             client_states["episode"] += 1
         super().save_logs_and_checkpoints(global_step, logs_dict, client_states)
