@@ -30,11 +30,8 @@ BATCH_WHITENED = ("reinforce_baseline",)
 def group_advantages(
     rewards: torch.Tensor, estimator: str = "group_norm", eps: float = 1e-9, unbiased_std: bool = True
 ) -> torch.Tensor:
-    """Per-completion advantages from the rewards of whole groups.
-
-    rewards: (n_groups, G) floating point; row j holds the G rewards of prompt j.
-    returns: (n_groups, G), same dtype (at least float32, as OpenRLHF promotes rewards to float32).
-    """
+    """rewards: (n_groups, G), row j the G rewards of prompt j -> advantages (n_groups, G) in the
+    rewards' dtype, at least float32."""
     if rewards.dim() != 2:
         raise ValueError(f"rewards must have shape (n_groups, G), got {tuple(rewards.shape)}")
     if estimator not in ESTIMATORS:
@@ -55,15 +52,13 @@ def group_advantages(
 def token_whitening(
     values: torch.Tensor, weight: torch.Tensor, std_norm: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(m, 1/s): REINFORCE++-baseline's token-level batch mean and inverse std, estimated from a sample.
+    """(m, 1/s): REINFORCE++-baseline's token-level batch mean and inverse std from a weighted sample.
 
-    values: (N,) per-token returns of the trained completions' response tokens, flattened.
-    weight: (N,) each token's Horvitz-Thompson weight, 1 / (q_j p_ji) (0 for a filler or a masked position).
+    values: (N,) per-token returns; weight: (N,) each token's 1 / (q_j p_ji) (0 for a filler or mask).
     returns: two 0-dim float64 tensors on ``values.device``: m = sum(w v) / sum(w) and
       1/s = clamp(sum(w (v - m)**2) / sum(w), 1e-8)**-1/2 (1 without ``std_norm``); (0, 1) when no weight
-      is positive. With every weight 1 these are OpenRLHF's statistics exactly; under pruning they are
-      ratios of unbiased sums, so consistent (docs/METHOD.md, "When it is unbiased").
-    """
+      is positive. OpenRLHF's statistics when every weight is 1; consistent under pruning (ratios of
+      unbiased sums)."""
     if values.shape != weight.shape or values.dim() != 1:
         raise ValueError(
             f"values and weight must be (N,) alike, got {tuple(values.shape)}, {tuple(weight.shape)}"
@@ -81,11 +76,8 @@ def token_whitening(
 
 
 def inverse_prob_weights(p: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """w = 1 / p on kept items, 0 on dropped ones.
-
-    p: (...) probabilities actually used for the draw (``sample_mask``'s p_used); mask: (...) bool.
-    returns: (...) float64. Raises if a kept item has p <= 0 (it could never have been drawn).
-    """
+    """w = 1 / p on kept items, 0 elsewhere; p: ``sample_mask``'s p_used, mask: bool, alike.
+    returns float64; raises if a kept item has p <= 0."""
     if p.shape != mask.shape:
         raise ValueError(f"p {tuple(p.shape)} and mask {tuple(mask.shape)} must have the same shape")
     p = p.to(torch.float64)
@@ -149,14 +141,11 @@ def full_batch_normalizer(
     prompt_weights: torch.Tensor | None = None,
     prompt_tokens: torch.Tensor | None = None,
 ) -> tuple[float, dict]:
-    """The normaliser Z of the full (unpruned) batch.
+    """The normaliser Z of the full (unpruned) batch -> (Z, {"dppo/normalizer": Z}).
 
-    token_level False (seq-mean): Z = num_prompts * group_size, num_prompts = prompts DRAWN (a count;
-      for a filtered subset the Horvitz-Thompson count sum_j 1 / q_j, not a whole number).
-    token_level True: Z = sum_j prompt_weights_j * prompt_tokens_j over the rolled-out prompts;
-      prompt_weights (B_kept,) = 1 / q_j; prompt_tokens (B_kept,) = response tokens of all G
-      completions of prompt j (pruned completions included).
-    returns: (Z, {"dppo/normalizer": Z}).
+    seq-mean: Z = num_prompts * group_size, num_prompts the prompts DRAWN (or the Horvitz-Thompson count).
+    token_level: Z = sum_j prompt_weights_j * prompt_tokens_j over the rolled-out prompts, with
+      prompt_weights (B_kept,) = 1 / q_j and prompt_tokens (B_kept,) all G completions' response tokens.
     """
     if not token_level:
         z = float(num_prompts * group_size)
@@ -182,8 +171,7 @@ def as_float(x) -> float:
 def keep_metrics(
     prompt_mask: torch.Tensor | None = None, completion_mask: torch.Tensor | None = None
 ) -> dict:
-    """Realised kept fractions. ``prompt_mask`` (B,) bool over the drawn prompts; ``completion_mask``
-    (N,) bool over the rolled-out completions. A level that is not given is not reported."""
+    """Realised kept fractions of the masks given (prompts (B,), completions (N,), bool)."""
     out = {}
     if prompt_mask is not None:
         out[PROMPT_KEEP_FRAC] = as_float(prompt_mask.float().mean()) if prompt_mask.numel() else 0.0
@@ -197,13 +185,10 @@ def keep_metrics(
 def reward_stats(rewards: torch.Tensor, q: torch.Tensor | None = None, num_drawn: int | None = None) -> dict:
     """Training-reward statistics of one step (docs/METHOD.md, "The logged training reward").
 
-    rewards: (n, G) RAW rewards of the n rolled-out prompts' groups.  q: (n,) each rolled-out prompt's
-      keep probability (None: every q = 1, as in GRPO).  num_drawn: B_drawn >= n (None: n).
-    returns: ``rollout/reward_mean`` and ``rollout/reward_std`` (unbiased) over the n * G rollouts;
-      ``rollout/reward_ht`` = sum_j (sum_i r_ji / q_j) / (B_drawn * G), in float64 (with every q = 1 and
-      B_drawn = n the same float as the mean); ``rollout/equal_reward_frac``, the share of the n groups
-      whose G rewards are all equal, and its estimate for the drawn batch, ``rollout/equal_reward_frac_ht``
-      = (1 / B_drawn) * sum_j e_j / q_j.
+    rewards: (n, G) RAW rewards; q: (n,) keep probabilities (None: 1); num_drawn: B_drawn >= n (None: n).
+    returns: reward mean and std (unbiased) over the n G rollouts; ``rollout/reward_ht`` =
+      sum_j (sum_i r_ji / q_j) / (B_drawn G) in float64; the share of all-equal groups and its estimate
+      for the drawn batch, ``rollout/equal_reward_frac_ht`` = sum_j e_j / q_j / B_drawn.
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must have shape (n, G), got {tuple(rewards.shape)}")

@@ -28,8 +28,7 @@ def group_kinds(group_rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
 
 def greso_shares(group_rewards: torch.Tensor) -> tuple[float, float]:
-    """(easy share, hard share) among the n rolled-out groups of ``group_rewards`` (n, G); (0.0, 0.0) for
-    n = 0."""
+    """(easy share, hard share) among the rolled-out groups (n, G); (0.0, 0.0) for n = 0."""
     easy, hard = group_kinds(group_rewards)
     n = easy.numel()
     if n == 0:
@@ -40,9 +39,8 @@ def greso_shares(group_rewards: torch.Tensor) -> tuple[float, float]:
 def greso_keep_probs(
     z_easy: torch.Tensor, z_hard: torch.Tensor, p_easy: float, p_hard: float
 ) -> torch.Tensor:
-    """Keep probabilities (float64, same shape as the streaks, int >= 0): max(p_easy ** z_easy,
-    ``KEEP_FLOOR``) where z_easy > 0, else max(p_hard ** z_hard, ``KEEP_FLOOR``) where z_hard > 0, else 1.
-    (A prompt holds at most one non-zero streak when its streaks come from ``GresoStreaks``.)"""
+    """Keep probabilities (float64, like the streaks): max(p_easy ** z_easy, ``KEEP_FLOOR``) where
+    z_easy > 0, else max(p_hard ** z_hard, ``KEEP_FLOOR``) where z_hard > 0, else 1."""
     ze, zh = z_easy.to(torch.float64), z_hard.to(torch.float64)
     easy = torch.clamp_min(torch.pow(torch.as_tensor(float(p_easy), dtype=torch.float64), ze), KEEP_FLOOR)
     hard = torch.clamp_min(torch.pow(torch.as_tensor(float(p_hard), dtype=torch.float64), zh), KEEP_FLOOR)
@@ -97,7 +95,6 @@ class GresoStreaks:
             self.z_hard[k] = self.z_hard[k] + 1 if h else 0
             self.rollouts[k] += 1
 
-    # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Tensors and plain values only (loads with ``torch.load(weights_only=True)``)."""
         return {

@@ -39,7 +39,6 @@ class PromptHistory:
         self._a = {k: np.zeros(0, dtype=t) for k, t in _FIELDS.items()}
         self._grow(int(capacity))
 
-    # -- storage ----------------------------------------------------------------------------------
     @property
     def capacity(self) -> int:
         return int(self._a["count"].shape[0])
@@ -75,7 +74,6 @@ class PromptHistory:
             raise ValueError("prompt indices must be >= 0")
         return i
 
-    # -- update -----------------------------------------------------------------------------------
     def update(self, idx, rewards: torch.Tensor, step: int) -> None:
         """One rollout per row: idx (n,) dataset indices, rewards (n, G), step: the training step. A
         repeated index is applied in order of appearance."""
@@ -112,7 +110,6 @@ class PromptHistory:
         a["count"][i] += 1
         a["last_step"][i] = step
 
-    # -- score ------------------------------------------------------------------------------------
     def success(self, idx) -> torch.Tensor:
         """Posterior-mean success estimate p_hat (B,) float64 (0.5 for unseen prompts)."""
         i = self._index(idx)
@@ -152,7 +149,6 @@ class PromptHistory:
         out[inside] = a[i[inside]]
         return out
 
-    # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Tensors and plain values only (loads with ``torch.load(weights_only=True)``)."""
         state: dict[str, object] = {k: torch.from_numpy(a.copy()) for k, a in self._a.items()}
@@ -218,7 +214,6 @@ class PromptRateControl:
             raise ValueError(f"the all-equal share must be a finite number >= 0, got {equal_share_ht}")
         self.share = u if self.share is None else self.smoothing * self.share + (1.0 - self.smoothing) * u
 
-    # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"version": _RATE_STATE_VERSION, "mode": self.mode, "share": self.share}
 

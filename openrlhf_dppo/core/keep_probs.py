@@ -184,15 +184,11 @@ def completion_keep_probs(
     allow_zero: bool = False,
     valid: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict]:
-    """Keep probability per completion, expected kept count == keep_frac * N exactly when feasible.
+    """Keep probability per completion, expected kept count keep_frac * N exactly when feasible.
 
-    adv: (N,) or (R, N) one scalar advantage per completion (the full-group advantage).
-    keep_frac: 1 - completion_prune_rate, in (0, 1].  p_min: floor in (0, 1] for every item whose gradient
-    may be non-zero.  allow_zero: items with A == 0 exactly get p = 0 (only valid without KL-in-loss /
-    entropy terms).  valid: optional bool mask like ``adv``; invalid items get p = 0, not counted in N.
-    returns: p float64 like ``adv``; metrics ``dppo/completion_keep_frac_expected``,
-      ``dppo/completion_keep_infeasible``, ``dppo/completion_zero_adv_frac``.
-    """
+    adv: (N,) or (R, N) full-group advantages. p_min: the floor where the gradient may be non-zero.
+    allow_zero: p = 0 for A == 0 exactly (only without KL / entropy terms). returns: (p float64 like
+    ``adv``, metrics). Raises ValueError for keep_frac or p_min outside (0, 1], or a non-finite A."""
     _check_frac(keep_frac, p_min, "p_min")
     A = _as_rows(adv, "adv").to(torch.float64)
     v = _valid(valid, A)
@@ -216,14 +212,9 @@ def prompt_keep_probs(
     unseen: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """Keep probability per drawn prompt under a policy of ``PROMPT_POLICIES``, expected kept count
-    keep_frac * B exactly when feasible.
-
-    scores: (B,) or (R, B) finite s >= 0 (``PromptHistory.signals``).  keep_frac: 1 - r_q from the rate
-    control, in (0, 1].  q_min: floor in (0, 1].  unseen: optional bool like ``scores``, the prompts never
-    rolled out (only counted in ``dppo/prompt_unseen_frac``).
-    returns: q float64 like ``scores``; metrics ``dppo/prompt_keep_frac_expected``,
-      ``dppo/prompt_keep_infeasible``, ``dppo/prompt_unseen_frac``.
-    """
+    keep_frac * B exactly when feasible. scores: (B,) or (R, B) finite >= 0; unseen: optional bool like
+    ``scores`` (a metric only). returns: (q float64 like ``scores``, metrics). Raises ValueError for
+    keep_frac or q_min outside (0, 1], or a score that is not finite and >= 0."""
     _check_frac(keep_frac, q_min, "q_min")
     fn = PROMPT_POLICIES.get(policy)
     s = _as_rows(torch.as_tensor(scores), "scores").to(torch.float64)
