@@ -24,13 +24,8 @@ class TrainerFactory:
 
 
 def install(cfg, run) -> dict:
-    """Install the DPPO classes where OpenRLHF's ``train`` looks them up (docs/DESIGN.md, "Host names
-    replaced"); returns what was replaced.
-
-    cfg: the CLI's validated ``DPPOConfig``; run: ``run_dir.RunMeta`` (command line, start time, run
-    directory and step limit). The sync trainer, the async controller and the policy actor are always
-    replaced, in both arms (with ``--dppo.method grpo`` they count and run OpenRLHF's steps).
-    """
+    """Install the DPPO trainers and policy actor (both arms) where OpenRLHF's ``train`` looks them up;
+    returns what was replaced. cfg: the CLI's validated ``DPPOConfig``; run: ``run_dir.RunMeta``."""
     from openrlhf.cli import train_ppo_ray
     from openrlhf.trainer import ppo_trainer, ppo_trainer_async
 

@@ -83,7 +83,7 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
         lengths = [int(it.total_length.item()) for it in self.items]
         budget = (args.train.max_tokens_per_gpu, args.ds.ring_attn_size, args.ds.tensor_parallel_size)
         needed = get_minimum_num_micro_batch_size(lengths, *budget) if lengths else 0
-        most, fewest, count = _reduce_max(strategy, [len(lengths), -len(lengths), needed])
+        most, fewest, count = _reduce_ints(strategy, [len(lengths), -len(lengths), needed], dist.ReduceOp.MAX)
         if most == 0:
             return
         if -fewest < count:
@@ -95,7 +95,7 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
             return
         partitions = get_seqlen_balanced_partitions(lengths, count, False)
         actions = [int(it.action_mask.sum()) for it in self.items]
-        live, tokens = _reduce_sum(strategy, [sum(a > 0 for a in actions), sum(actions)])
+        live, tokens = _reduce_ints(strategy, [sum(a > 0 for a in actions), sum(actions)], dist.ReduceOp.SUM)
         self.dynamic_indices = [list(p) for p in partitions]
         self.dynamic_sample_loss_scale = [len(p) / len(lengths) for p in partitions]
         self.dynamic_batch_num_tokens = [float(tokens)] * count
@@ -106,7 +106,7 @@ class DPPOReplayBuffer(NaiveReplayBuffer):
     @staticmethod
     def _check_equal_counts(strategy, count: int) -> None:
         """Raises unless every rank runs ``count`` micro-batches (a collective backward)."""
-        most, fewest = _reduce_max(strategy, [count, -count])
+        most, fewest = _reduce_ints(strategy, [count, -count], dist.ReduceOp.MAX)
         if most != count or -fewest != count:
             raise RuntimeError(
                 f"DPPO dispatch: this rank has {count} micro-batches, others between {-fewest} and "
@@ -125,12 +125,8 @@ def _all_reduce(strategy, t: torch.Tensor, op) -> torch.Tensor:
     return t.cpu()
 
 
-def _reduce_max(strategy, values: list[int]) -> list[int]:
-    return [int(v) for v in _all_reduce(strategy, torch.tensor(values, dtype=torch.int64), dist.ReduceOp.MAX)]
-
-
-def _reduce_sum(strategy, values: list[int]) -> list[int]:
-    return [int(v) for v in _all_reduce(strategy, torch.tensor(values, dtype=torch.int64), dist.ReduceOp.SUM)]
+def _reduce_ints(strategy, values: list[int], op) -> list[int]:
+    return [int(v) for v in _all_reduce(strategy, torch.tensor(values, dtype=torch.int64), op)]
 
 
 def micro_batch_counts(experience) -> torch.Tensor:
